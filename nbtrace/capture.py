@@ -1,0 +1,322 @@
+"""Recording a model's forward pass as a call tree.
+
+Every submodule's ``forward`` is wrapped (as transformers does, so direct
+``module.forward(...)`` calls are seen too) for the duration of a ``with`` block
+and restored afterwards, whatever happens: ``forward`` goes back into a
+module's ``__dict__`` only if it was there before. Submodule calls run under
+``torch.no_grad()``; the top-level forward runs in the caller's grad mode.
+Under ``torch.distributed`` only rank 0 records; other ranks only get the
+top-level forward run under ``no_grad``.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from .files import TensorStore, prepare_debug_dir, tree_refs, write_trace_files
+from .prune import prune_intermediate_layers, prune_outputs_of_parents
+from .serialize import Serializer, sanitize
+from .trace import Trace
+
+_MISSING = object()
+_MAX_ERROR_MESSAGE = 2000
+
+
+def is_rank_zero() -> bool:
+    """True unless torch.distributed is initialized and this process is not rank 0."""
+    dist = torch.distributed
+    if not dist.is_available() or not dist.is_initialized():
+        return True
+    return dist.get_rank() == 0
+
+
+def error_record(exc: BaseException) -> dict[str, str]:
+    """The ``error`` field of a call that raised: exception type and message."""
+    kind = type(exc)
+    name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+    message = sanitize(str(exc))
+    if len(message) > _MAX_ERROR_MESSAGE:
+        message = message[:_MAX_ERROR_MESSAGE] + "…"
+    return {"type": name, "message": message}
+
+
+class Recorder:
+    """What ``nbtrace.trace`` yields: the traces recorded inside the block.
+
+    ``trace`` is the last completed top-level forward (None before one
+    completes); ``traces`` holds every top-level forward, in order.
+    """
+
+    def __init__(self, model: nn.Module, folder: Path | None, do_prune_layers: bool, use_repr: bool) -> None:
+        self.model = model
+        self.class_name = type(model).__name__
+        self.folder = folder
+        self.do_prune_layers = do_prune_layers
+        self.use_repr = use_repr
+        self.traces: list[Trace] = []
+        self._run: _ForwardRun | None = None
+        self._previous_store: TensorStore | None = None
+
+    @property
+    def trace(self) -> Trace | None:
+        return self.traces[-1] if self.traces else None
+
+    def __repr__(self) -> str:
+        return f"<Recorder {self.class_name}: {len(self.traces)} forward(s) recorded>"
+
+    # -- one module call -----------------------------------------------------
+    def call_module(
+        self, path: str, has_children: bool, forward: Callable, args: tuple, kwargs: dict[str, Any]
+    ) -> Any:
+        run = self._run
+        if run is None:  # called outside the traced model's forward: not recorded
+            with torch.no_grad():
+                return forward(*args, **kwargs)
+        count = run.calls[path] = run.calls.get(path, 0) + 1
+        base = path if count == 1 else f"{path}_call{count}"
+        inputs = {key: part for key, part in (("args", args), ("kwargs", kwargs)) if len(part) > 0}
+        node = run.open(path, run.serialize(inputs, f"{base}_inputs"))
+        try:
+            with torch.no_grad():
+                out = forward(*args, **kwargs)
+        except BaseException as exc:
+            run.close(node, error=exc)
+            raise
+        try:
+            if not has_children:
+                node["outputs"] = run.serialize(out, f"{base}_outputs")
+        finally:
+            run.close(node)
+        return out
+
+    # -- the top-level forward -----------------------------------------------
+    def call_top(self, forward: Callable, args: tuple, kwargs: dict[str, Any]) -> Any:
+        if self._run is not None:  # the model re-entered its own forward: record it as a call
+            return self.call_module(self.class_name, True, forward, args, kwargs)
+        self._begin_forward()
+        run = self._run
+        assert run is not None
+        name = self.class_name
+        try:
+            node = run.open(f"{name} (top-level)", run.serialize({"args": args, "kwargs": kwargs}, f"{name}_inputs"))
+            try:
+                out = forward(*args, **kwargs)
+            except BaseException as exc:
+                run.close(node, error=exc)
+                self._end_forward(run, node, failed=True)
+                raise
+            try:
+                node["outputs"] = run.serialize(out, f"{name}_outputs")
+            finally:
+                run.close(node)
+            self._end_forward(run, node, failed=False)
+            return out
+        finally:
+            self._run = None
+
+    def _begin_forward(self) -> None:
+        if self._previous_store is not None and self.traces:
+            self._keep_previous_forward()
+        store = TensorStore(self.folder or Path(".").resolve())
+        serializer = Serializer(self.use_repr, store)
+        self._run = _ForwardRun(serializer, store)
+
+    def _keep_previous_forward(self) -> None:
+        """Move the files of the previous forward into ``forward_<i>/`` so the next one cannot overwrite them."""
+        index = len(self.traces) - 1
+        previous = self.traces[-1]
+        store = self._previous_store
+        assert store is not None
+        destination = store.folder / f"forward_{index}"
+        json_files = [previous.source, _summary_path(previous.source)] if previous.source else []
+        store.move_to(destination, [p for p in json_files if p is not None])
+        previous.base_dir = destination
+        if previous.source is not None:
+            previous.source = destination / previous.source.name
+        for node in previous.nodes():
+            for _, _, tensor in node.tensors():
+                tensor.base_dir = destination
+        self._previous_store = None
+
+    def _end_forward(self, run: _ForwardRun, top: dict[str, Any], failed: bool) -> None:
+        root: dict[str, Any] = {"module_path": self.class_name}
+        for key in ("inputs", "outputs", "error", "children"):
+            if key in top and top[key]:
+                root[key] = top[key]
+        run.durations[id(root)] = run.durations.get(id(top))
+        removed = prune_intermediate_layers(root) if self.do_prune_layers else []
+        prune_outputs_of_parents(root)
+        try:
+            if removed:
+                run.store.discard(tree_refs(removed))
+            full, _ = write_trace_files(root, run.store.folder, self.class_name)
+        except Exception as exc:
+            if not failed:
+                raise
+            warnings.warn(f"nbtrace could not write the trace of the failed forward: {exc}", stacklevel=3)
+            full = None
+        trace = Trace.from_tree(root, kind="full", source=full, base_dir=run.store.folder)
+        for raw, node in zip(_walk_dicts(root), trace.nodes()):
+            node.duration = run.durations.get(id(raw))
+        self.traces.append(trace)
+        self._previous_store = run.store
+
+
+class _ForwardRun:
+    """The state of one top-level forward: the open calls and their serializer."""
+
+    def __init__(self, serialize: Serializer, store: TensorStore) -> None:
+        self.serialize = serialize
+        self.store = store
+        self.stack: list[dict[str, Any]] = []
+        self.calls: dict[str, int] = {}
+        self.started: dict[int, float] = {}
+        self.durations: dict[int, float | None] = {}
+
+    def open(self, path: str, inputs: Any) -> dict[str, Any]:
+        node = {"module_path": path, "inputs": inputs, "outputs": None, "children": []}
+        self.stack.append(node)
+        self.started[id(node)] = time.perf_counter()
+        return node
+
+    def close(self, node: dict[str, Any], error: BaseException | None = None) -> None:
+        self.durations[id(node)] = time.perf_counter() - self.started.pop(id(node), time.perf_counter())
+        # Pop down to this node: a call that never closed (it cannot happen, but a
+        # corrupted stack must not misplace every later call) is closed with it.
+        while self.stack:
+            finished = self.stack.pop()
+            if finished is node:
+                break
+        children = node.pop("children")
+        if error is not None:
+            node["error"] = error_record(error)
+        if children:
+            node["children"] = children
+        if self.stack:
+            self.stack[-1]["children"].append(node)
+
+
+def _walk_dicts(root: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(reversed(node.get("children", [])))
+
+
+def _summary_path(full: Path | None) -> Path | None:
+    if full is None:
+        return None
+    return full.with_name(full.name.replace("_FULL_TENSORS.json", "_SUMMARY.json"))
+
+
+# -- attaching and restoring -----------------------------------------------------
+class _Patch:
+    """Wrapped forwards of one model, and exactly how to undo them."""
+
+    def __init__(self) -> None:
+        self._saved: list[tuple[nn.Module, Any]] = []
+
+    def wrap(self, module: nn.Module, make: Callable[[Callable], Callable]) -> None:
+        before = module.__dict__.get("forward", _MISSING)
+        wrapped = make(module.forward)
+        self._saved.append((module, before))
+        module.forward = wrapped
+
+    def restore(self) -> None:
+        while self._saved:
+            module, before = self._saved.pop()
+            if before is _MISSING:
+                module.__dict__.pop("forward", None)
+            else:
+                module.__dict__["forward"] = before
+
+
+def _wrap_module(recorder: Recorder, path: str, has_children: bool) -> Callable[[Callable], Callable]:
+    def make(forward: Callable) -> Callable:
+        @functools.wraps(forward)
+        def traced_forward(*args: Any, **kwargs: Any) -> Any:
+            return recorder.call_module(path, has_children, forward, args, kwargs)
+
+        return traced_forward
+
+    return make
+
+
+def _wrap_top(recorder: Recorder) -> Callable[[Callable], Callable]:
+    def make(forward: Callable) -> Callable:
+        @functools.wraps(forward)
+        def traced_top_forward(*args: Any, **kwargs: Any) -> Any:
+            return recorder.call_top(forward, args, kwargs)
+
+        return traced_top_forward
+
+    return make
+
+
+def _wrap_top_no_grad(forward: Callable) -> Callable:
+    @functools.wraps(forward)
+    def untraced_top_forward(*args: Any, **kwargs: Any) -> Any:
+        with torch.no_grad():
+            return forward(*args, **kwargs)
+
+    return untraced_top_forward
+
+
+@contextmanager
+def trace(
+    model: nn.Module,
+    debug_path: str | Path | None = None,
+    do_prune_layers: bool = True,
+    use_repr: bool = True,
+) -> Iterator[Recorder]:
+    """Record every top-level forward of ``model`` inside the block; yields a Recorder.
+
+    Writes the same files as transformers' ``model_addition_debugger_context`` into
+    ``debug_path`` (the working folder when None) after each forward, and keeps
+    each forward as a Trace in ``recorder.traces``. A second forward moves the
+    previous one's files into ``debug_path/forward_<i>/``.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    rank_zero = is_rank_zero()
+    folder = prepare_debug_dir(debug_path) if rank_zero else None
+    recorder = Recorder(model, folder, do_prune_layers, use_repr)
+    patch = _Patch()
+    try:
+        if rank_zero:
+            class_name = recorder.class_name
+            for name, module in model.named_modules():
+                if name:
+                    has_children = any(True for _ in module.named_children())
+                    patch.wrap(module, _wrap_module(recorder, f"{class_name}.{name}", has_children))
+            patch.wrap(model, _wrap_top(recorder))
+        else:
+            patch.wrap(model, _wrap_top_no_grad)
+        yield recorder
+    finally:
+        patch.restore()
+
+
+@contextmanager
+def model_addition_debugger_context(
+    model: nn.Module,
+    debug_path: str | Path | None = None,
+    do_prune_layers: bool = True,
+    use_repr: bool = True,
+) -> Iterator[nn.Module]:
+    """Drop-in for transformers' context of the same name: same signature, same files.
+
+    Yields the model. Use ``nbtrace.trace`` to get the recorded Trace back.
+    """
+    with trace(model, debug_path, do_prune_layers, use_repr):
+        yield model

@@ -1,0 +1,235 @@
+"""Reading and writing trace files: atomic JSON, safetensors with safe names, load_trace.
+
+Every write goes to a temporary file in the same folder and is then moved into
+place with ``os.replace``, so a crash never leaves a truncated file. Every read
+problem becomes a TraceFormatError that names the file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .errors import TraceFormatError
+from .trace import Trace, is_tensor_record
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+FULL_SUFFIX = "_debug_tree_FULL_TENSORS.json"
+SUMMARY_SUFFIX = "_debug_tree_SUMMARY.json"
+_UNSAFE = {"/": "%2F", "\\": "%5C", "\0": "%00"}
+_MAX_NAME_BYTES = 200
+
+
+# -- writing -------------------------------------------------------------------
+def prepare_debug_dir(debug_path: str | os.PathLike | None) -> Path:
+    """Create ``debug_path`` if needed and prove it is writable; a clear ValueError otherwise."""
+    target = Path(debug_path) if debug_path else Path(".")
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"debug_path={str(debug_path)!r} cannot be used as a folder: {exc.strerror or exc}") from exc
+    if not target.is_dir():
+        raise ValueError(f"debug_path={str(debug_path)!r} is not a folder")
+    probe = target / f".nbtrace-write-check-{os.getpid()}"
+    try:
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise ValueError(f"debug_path={str(debug_path)!r} is not writable: {exc.strerror or exc}") from exc
+    return target.resolve()
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file, so it is whole or absent."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def summary_tree(tree: Any) -> Any:
+    """A copy of the tree without the ``value`` of each tensor record (the SUMMARY file).
+
+    Unlike transformers, only tensor records lose ``value``: a kwarg or dict key
+    that happens to be named ``value`` stays.
+    """
+    if isinstance(tree, dict):
+        if is_tensor_record(tree):
+            return {key: item for key, item in tree.items() if key != "value"}
+        return {key: summary_tree(item) for key, item in tree.items()}
+    if isinstance(tree, list):
+        return [summary_tree(item) for item in tree]
+    return tree
+
+
+def encode_tree(tree: dict[str, Any]) -> bytes:
+    """The bytes transformers writes for a tree (``json.dump(tree, f, indent=2)``)."""
+    return json.dumps(tree, indent=2).encode("utf-8")
+
+
+def write_trace_files(tree: dict[str, Any], folder: Path, class_name: str) -> tuple[Path, Path]:
+    """Write the FULL and SUMMARY files of ``tree`` into ``folder``; returns their paths."""
+    full = folder / f"{class_name}{FULL_SUFFIX}"
+    summary = folder / f"{class_name}{SUMMARY_SUFFIX}"
+    write_atomic(full, encode_tree(tree))
+    write_atomic(summary, encode_tree(summary_tree(tree)))
+    return full, summary
+
+
+def safe_file_name(name: str) -> str:
+    """A single path component for ``name``: separators escaped, long names shortened.
+
+    Names that are already safe (every normal module path) are returned unchanged,
+    so references stay identical to transformers'.
+    """
+    if any(ch in name for ch in _UNSAFE):
+        for ch, escaped in _UNSAFE.items():
+            name = name.replace(ch, escaped)
+    if name in (".", ".."):
+        name = name.replace(".", "%2E")
+    if len(name.encode("utf-8")) > _MAX_NAME_BYTES:
+        digest = hashlib.sha1(name.encode("utf-8")).hexdigest()[:12]
+        name = name.encode("utf-8")[: _MAX_NAME_BYTES - 13].decode("utf-8", "ignore") + "-" + digest
+    return name
+
+
+class TensorStore:
+    """Writes the safetensors files of one forward into one folder.
+
+    Each name is used once per forward (a module called twice gets a file per
+    call); files can be discarded again (pruned layer blocks) or moved away.
+    """
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.written: list[str] = []
+        self._used: set[str] = set()
+
+    def file_name(self, name: str) -> str:
+        """The unique, safe file name (with ``.safetensors``) for ``name``."""
+        if not name.endswith(".safetensors"):
+            name += ".safetensors"
+        stem = safe_file_name(name[: -len(".safetensors")])
+        candidate, n = f"{stem}.safetensors", 1
+        while candidate in self._used:
+            n += 1
+            candidate = f"{stem}~{n}.safetensors"
+        self._used.add(candidate)
+        return candidate
+
+    def save(self, name: str, tensor: torch.Tensor) -> str:
+        """Save ``tensor`` under ``name``; returns the reference the JSON holds (``./file``)."""
+        from safetensors.torch import save
+
+        file_name = self.file_name(name)
+        data = save({"data": tensor.contiguous().detach().cpu()})
+        write_atomic(self.folder / file_name, data)
+        self.written.append(file_name)
+        return f"./{file_name}"
+
+    def discard(self, refs: Iterable[str]) -> None:
+        """Delete files this forward wrote for references that the JSON no longer holds."""
+        gone = {ref[2:] if ref.startswith("./") else ref for ref in refs}
+        for file_name in gone:
+            if file_name in self._used:
+                (self.folder / file_name).unlink(missing_ok=True)
+        self.written = [name for name in self.written if name not in gone]
+
+    def move_to(self, destination: Path, extra: Iterable[Path] = ()) -> None:
+        """Move every file of this forward (and ``extra`` files) into ``destination``."""
+        destination.mkdir(parents=True, exist_ok=True)
+        for file_name in self.written:
+            source = self.folder / file_name
+            if source.exists():
+                os.replace(source, destination / file_name)
+        for path in extra:
+            if path.exists():
+                os.replace(path, destination / path.name)
+        self.folder = destination
+
+
+def tree_refs(trees: Iterable[dict[str, Any]]) -> list[str]:
+    """Every safetensors reference held by tensor records in ``trees``."""
+    refs: list[str] = []
+    stack: list[Any] = list(trees)
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            if is_tensor_record(item):
+                value = item.get("value")
+                if isinstance(value, str):
+                    refs.append(value)
+            else:
+                stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return refs
+
+
+# -- reading -------------------------------------------------------------------
+def find_trace_file(path: str | os.PathLike) -> Path:
+    """The JSON file to read for ``path``: the file itself, or the FULL (else SUMMARY) file in a folder."""
+    target = Path(path)
+    if not target.exists():
+        raise TraceFormatError(target, "no such file or folder")
+    if target.is_file():
+        return target
+    for suffix in (FULL_SUFFIX, SUMMARY_SUFFIX):
+        found = sorted(target.glob(f"*{suffix}"))
+        if len(found) == 1:
+            return found[0]
+        if len(found) > 1:
+            names = ", ".join(p.name for p in found)
+            raise TraceFormatError(target, f"holds traces of several models ({names}); pass one file")
+    raise TraceFormatError(target, f"holds no *{FULL_SUFFIX} or *{SUMMARY_SUFFIX} file")
+
+
+def load_trace(path: str | os.PathLike | Trace) -> Trace:
+    """Read a FULL or SUMMARY trace file, or the folder that holds them.
+
+    Safetensors references resolve lazily (``TensorValue.load()``), relative to
+    the file's folder. Anything malformed raises TraceFormatError naming the file.
+    """
+    if isinstance(path, Trace):
+        return path
+    file = find_trace_file(path)
+    try:
+        text = file.read_bytes()
+    except OSError as exc:
+        raise TraceFormatError(file, f"cannot be read: {exc.strerror or exc}") from exc
+    if not text.strip():
+        raise TraceFormatError(file, "is empty")
+    try:
+        tree = json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise TraceFormatError(file, f"is not valid JSON (truncated or corrupted?): {exc}") from None
+    if not isinstance(tree, dict):
+        raise TraceFormatError(file, f"must hold a JSON object at the top, found {type(tree).__name__}")
+    kind = "summary" if file.name.endswith(SUMMARY_SUFFIX) else "full"
+    return Trace.from_tree(tree, kind=kind, source=file, base_dir=file.parent.resolve())
+
+
+def load_tensor(path: Path | None) -> torch.Tensor:
+    """The tensor stored under ``data`` in a safetensors file written by a trace."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    if path is None or not Path(path).is_file():
+        raise TraceFormatError(path, "safetensors file referenced by the trace is missing")
+    try:
+        tensors = load_file(str(path))
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise TraceFormatError(path, f"is not a readable safetensors file: {exc}") from None
+    if "data" not in tensors:
+        raise TraceFormatError(path, "holds no 'data' tensor")
+    return tensors["data"]

@@ -1,0 +1,130 @@
+"""One module's inputs or outputs -> the JSON structure of the trace format.
+
+All per-tensor work lives here: the tensor record (shape, dtype, printed lines or
+a safetensors reference, and the four stat strings), the sanitized repr of
+everything else, and the torch print options the format is written with. The
+print options are set only while a value is being serialized and restored
+right after, so user code never sees them changed.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from torch._tensor_str import PRINT_OPTS
+
+from .files import TensorStore
+
+_ADDRESS = re.compile(r"object at 0x[0-9A-Fa-f]+")
+STAT_DTYPES = frozenset({torch.float16, torch.float32, torch.bfloat16})
+
+
+def sanitize(text: str) -> str:
+    """Replace memory addresses so two runs print the same text."""
+    return _ADDRESS.sub("object at 0xXXXXXXXX", text)
+
+
+@contextmanager
+def format_print_options(use_repr: bool) -> Iterator[None]:
+    """torch's print options as the format prints with them, restored on exit.
+
+    The format prints in scientific notation; printed values (``use_repr``) use a
+    line width of 120. Precision, threshold and edge items stay the user's.
+    """
+    saved = (PRINT_OPTS.sci_mode, PRINT_OPTS.linewidth)
+    PRINT_OPTS.sci_mode = True
+    if use_repr:
+        PRINT_OPTS.linewidth = 120
+    try:
+        yield
+    finally:
+        PRINT_OPTS.sci_mode, PRINT_OPTS.linewidth = saved
+
+
+class Serializer:
+    """Serializes values for one forward: printed lines, or safetensors files in ``store``."""
+
+    def __init__(self, use_repr: bool, store: TensorStore | None) -> None:
+        if not use_repr and store is None:
+            raise ValueError("use_repr=False needs a folder to write safetensors files into")
+        self.use_repr = use_repr
+        self.store = store
+
+    def __call__(self, value: Any, name: str) -> Any:
+        """The JSON structure for ``value``; ``name`` is the base name of its files."""
+        with format_print_options(self.use_repr):
+            return self._value(value, name)
+
+    def _value(self, value: Any, name: str) -> Any:
+        if isinstance(value, (list, tuple)):
+            return [self._value(item, f"{name}_{i}") for i, item in enumerate(value)]
+        if isinstance(value, dict):
+            return {_json_key(key): self._value(item, f"{name}_{key}") for key, item in value.items()}
+        local = _local_tensor(value)
+        if local is not None:
+            return self.tensor(local, name)
+        if isinstance(value, torch.Tensor):
+            return self.tensor(value, name)
+        return _safe_repr(value)
+
+    def tensor(self, tensor: torch.Tensor, name: str) -> dict[str, Any]:
+        """The record of one tensor. Never raises for odd tensors: it degrades instead."""
+        record: dict[str, Any] = {"shape": repr(tensor.shape), "dtype": repr(tensor.dtype)}
+        record["value"] = self._values(tensor, name)
+        if tensor.dtype in STAT_DTYPES and tensor.numel() > 0:
+            try:
+                record["mean"] = sanitize(repr(tensor.mean()))
+                record["std"] = sanitize(repr(_std(tensor)))
+                record["min"] = sanitize(repr(tensor.min()))
+                record["max"] = sanitize(repr(tensor.max()))
+            except Exception:  # exotic subclasses / layouts: keep shape, dtype and value
+                for stat in ("mean", "std", "min", "max"):
+                    record.pop(stat, None)
+        return record
+
+    def _values(self, tensor: torch.Tensor, name: str) -> list[str] | str:
+        if not self.use_repr and not tensor.is_meta:
+            try:
+                return self.store.save(name, tensor)  # type: ignore[union-attr]
+            except Exception:  # no data to save (e.g. sparse, fake): print it instead
+                pass
+        try:
+            return sanitize(str(tensor)).splitlines()
+        except Exception as exc:
+            return [f"<tensor could not be printed: {type(exc).__name__}: {exc}>"]
+
+
+def _std(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor.std()``, without torch's warning for one element (the result is nan either way)."""
+    if tensor.numel() != 1:
+        return tensor.std()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return tensor.std()
+
+
+def _json_key(key: Any) -> Any:
+    if isinstance(key, (str, int, float, bool)) or key is None:
+        return key
+    return _safe_repr(key)
+
+
+def _local_tensor(value: Any) -> torch.Tensor | None:
+    """The local shard of a DTensor-like value, else None."""
+    try:
+        local = getattr(value, "_local_tensor", None)
+    except Exception:
+        return None
+    return local if isinstance(local, torch.Tensor) else None
+
+
+def _safe_repr(value: Any) -> str:
+    try:
+        return sanitize(repr(value))
+    except Exception as exc:  # a broken __repr__ must not break the user's forward
+        return f"<{type(value).__name__} object: repr failed with {type(exc).__name__}>"

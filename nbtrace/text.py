@@ -1,0 +1,103 @@
+"""A trace as a readable text tree for the terminal (``nbtrace demo``, ``nbtrace show``)."""
+
+from __future__ import annotations
+
+import math
+
+from .trace import Node, TensorValue, Trace
+
+
+def format_number(value: float | None) -> str:
+    """A compact number: ``1.23e-03``, ``0.512``, ``nan``; ``-`` when missing."""
+    if value is None:
+        return "-"
+    if not math.isfinite(value):
+        return str(value)
+    if value == 0 or 1e-3 <= abs(value) < 1e4:
+        return f"{value:.3g}" if abs(value) >= 1 else f"{value:.3f}"
+    return f"{value:.2e}"
+
+
+def describe_tensor(tensor: TensorValue) -> str:
+    """``[1, 16, 64] float32 mean=0.012 std=1.01``"""
+    text = f"{list(tensor.shape)} {tensor.dtype.replace('torch.', '')}"
+    if tensor.mean is not None:
+        text += f" mean={format_number(tensor.mean)} std={format_number(tensor.std)}"
+    return text
+
+
+def relative_name(node: Node) -> str:
+    """The node's path without its parent's path: ``layers.0`` under ``DemoLM``."""
+    if node.parent is None:
+        return node.module_path
+    parent = node.parent.module_path
+    if node.module_path.startswith(parent + "."):
+        return node.module_path[len(parent) + 1 :]
+    root = node.module_path.split(".", 1)
+    return root[1] if len(root) == 2 else node.module_path
+
+
+def node_summary(node: Node) -> str:
+    """What a node shows after its name: output shape, dtype, stats, and any flags."""
+    outputs = node.output_tensors()
+    parts = [describe_tensor(outputs[0])] if outputs else []
+    if len(outputs) > 1:
+        parts.append(f"(+{len(outputs) - 1} more outputs)")
+    if node.nonfinite:
+        parts.append("!! NaN/inf")
+    if node.error is not None:
+        parts.append(f"!! {node.error.get('type', 'error')}: {node.error.get('message', '')}")
+    return "  ".join(parts)
+
+
+def format_tree(trace: Trace, max_depth: int | None = None, contains: str | None = None) -> str:
+    """The call tree as indented text, one call per line.
+
+    ``max_depth`` limits how deep it goes (the root is depth 0); ``contains``
+    keeps calls whose path contains the text, and their ancestors.
+    """
+    keep: set[int] | None = None
+    if contains:
+        keep = set()
+        for node in trace.nodes():
+            if contains in node.module_path:
+                walker: Node | None = node
+                while walker is not None and id(walker) not in keep:
+                    keep.add(id(walker))
+                    walker = walker.parent
+    lines: list[str] = []
+    _render(trace.root, "", True, True, max_depth, keep, lines)
+    return "\n".join(lines)
+
+
+def _render(
+    node: Node, prefix: str, last: bool, is_root: bool, max_depth: int | None, keep: set[int] | None, lines: list[str]
+) -> None:
+    summary = node_summary(node)
+    if is_root:
+        lines.append(f"{node.module_path}  {summary}".rstrip())
+        child_prefix = ""
+    else:
+        lines.append(f"{prefix}{'└─ ' if last else '├─ '}{relative_name(node)}  {summary}".rstrip())
+        child_prefix = prefix + ("   " if last else "│  ")
+    if max_depth is not None and node.depth >= max_depth:
+        if node.children:
+            lines.append(f"{child_prefix}└─ … {len(node.children)} calls below")
+        return
+    children = [c for c in node.children if keep is None or id(c) in keep]
+    gaps = {position: (prefix_, first, last_) for position, prefix_, first, last_ in node.pruned_layers()}
+    items: list[Node | str] = []
+    for position, child in enumerate(node.children):
+        if position in gaps and keep is None:
+            layer_prefix, first, last_layer = gaps[position]
+            name = layer_prefix.rsplit(".", 1)[-1]
+            items.append(f"… {name} {first}–{last_layer} pruned")
+        if keep is None or id(child) in keep:
+            items.append(child)
+    del children
+    for i, item in enumerate(items):
+        is_last = i == len(items) - 1
+        if isinstance(item, str):
+            lines.append(f"{child_prefix}{'└─ ' if is_last else '├─ '}{item}")
+        else:
+            _render(item, child_prefix, is_last, False, max_depth, keep, lines)
