@@ -31,7 +31,8 @@ def prepare_debug_dir(debug_path: str | os.PathLike | None) -> Path:
     """Create ``debug_path`` if needed and prove it is writable; a clear ValueError otherwise."""
     target = Path(debug_path) if debug_path else Path(".")
     try:
-        target.mkdir(parents=True, exist_ok=True)
+        if not target.is_dir():
+            target.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ValueError(f"debug_path={str(debug_path)!r} cannot be used as a folder: {exc.strerror or exc}") from exc
     if not target.is_dir():
@@ -42,12 +43,31 @@ def prepare_debug_dir(debug_path: str | os.PathLike | None) -> Path:
         probe.unlink()
     except OSError as exc:
         raise ValueError(f"debug_path={str(debug_path)!r} is not writable: {exc.strerror or exc}") from exc
+    remove_stale_temp_files(target)
     return target.resolve()
+
+
+def _temp_path(path: Path) -> Path:
+    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+
+
+def remove_stale_temp_files(folder: Path) -> None:
+    """Delete temporary files left by a writer process that died mid-write."""
+    for tmp in folder.glob(".*.tmp"):
+        pid = tmp.name.rsplit(".", 2)[-2]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
 
 
 def write_atomic(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` through a temporary file, so it is whole or absent."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = _temp_path(path)
     try:
         with open(tmp, "wb") as handle:
             handle.write(data)
