@@ -429,6 +429,25 @@ class CalledTwiceNet(nn.Module):
         return self.norm(x)
 
 
+class CallNameClashNet(nn.Module):
+    """``norm`` is called twice, and other modules are *named* like plausible names for its 2nd call's files
+    (``norm_call2``, ``norm_2``, ``norm_1``...). Each of those is called once, so its file must keep
+    transformers' name; the 2nd call of ``norm`` must get a name that collides with nothing."""
+
+    def __init__(self, d: int = 8):
+        super().__init__()
+        self.norm = nn.LayerNorm(d)
+        for name in ("norm_call2", "norm_2", "norm_1", "norm_call_1", "norm_second"):
+            self.add_module(name, nn.Linear(d, d))
+
+    def forward(self, x):
+        x = self.norm(x)
+        x = self.norm(x * 2)  # 2nd call BEFORE the look-alikes: an implementation can't just take a free name
+        for name in ("norm_call2", "norm_2", "norm_1", "norm_call_1", "norm_second"):
+            x = getattr(self, name)(x)
+        return self.norm(x)  # 3rd call after them
+
+
 class _Container(nn.Module):
     """Has submodules but its forward never calls them."""
 
@@ -593,6 +612,8 @@ for _e in [
              description="ModuleList of blocks of ModuleLists: pruning at two levels"),
     ZooEntry("called_twice", _plain(CalledTwiceNet, _x(2, 3, 8)), calls_twice=True,
              description="leaf called 3x, a module with children called 2x"),
+    ZooEntry("call_name_clash", _plain(CallNameClashNet, _x(2, 3, 8)), calls_twice=True,
+             description="a module called twice next to modules named norm_call2 / norm_2 / norm_1 ..."),
     ZooEntry("unused_children", _plain(UnusedChildrenNet, _x(2, 8)),
              description="module with children it never calls (outputs null)"),
     ZooEntry("value_kwarg", _plain(ValueKwargNet, _x(2, 3, 8)), value_kwarg=True,

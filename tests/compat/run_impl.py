@@ -105,16 +105,18 @@ def snapshot_state(model) -> dict:
                          "_global_module_registration_hooks")
         },
         "forward_in_dict": sorted(n or "<root>" for n, m in model.named_modules() if "forward" in m.__dict__),
-        "module_hooks": sorted(
-            n or "<root>" for n, m in model.named_modules()
-            if m._forward_hooks or m._forward_pre_hooks or getattr(m, "_forward_hooks_with_kwargs", None)
-        ),
+        "module_hooks": {
+            n or "<root>": [len(m._forward_hooks), len(m._forward_pre_hooks)]
+            for n, m in model.named_modules() if m._forward_hooks or m._forward_pre_hooks
+        },
         "model_attrs": sorted(model.__dict__),
     }
 
 
-def state_problems(before: dict, after: dict) -> tuple[list[str], list[str]]:
-    """(problems, notes): problems are broken promises, notes are informational."""
+def state_problems(before: dict, after: dict, baseline: dict) -> tuple[list[str], list[str]]:
+    """(problems, notes): problems are broken promises, notes are informational. ``baseline`` is the state
+    of another fresh copy of the model after a plain forward (models may install hooks of their own, e.g.
+    transformers' output recorders)."""
     problems, notes = [], []
     if before["print_opts"] != after["print_opts"]:
         problems.append(f"torch print options changed: {before['print_opts']} -> {after['print_opts']}")
@@ -127,10 +129,11 @@ def state_problems(before: dict, after: dict) -> tuple[list[str], list[str]]:
     new_fwd = sorted(set(after["forward_in_dict"]) - set(before["forward_in_dict"]))
     if new_fwd:
         problems.append(f"'forward' left in __dict__ of {len(new_fwd)} module(s): {new_fwd[:8]}")
-    new_hooks = sorted(set(after["module_hooks"]) - set(before["module_hooks"]))
+    new_hooks = sorted(n for n, c in after["module_hooks"].items() if c != baseline["module_hooks"].get(n))
     if new_hooks:
-        problems.append(f"forward hooks left on {len(new_hooks)} module(s): {new_hooks[:8]}")
-    new_attrs = sorted(set(after["model_attrs"]) - set(before["model_attrs"]))
+        problems.append(f"forward hooks left on {len(new_hooks)} module(s) (beyond those a plain forward "
+                        f"leaves): {[(n, after['module_hooks'][n]) for n in new_hooks[:8]]}")
+    new_attrs = sorted(set(after["model_attrs"]) - set(baseline["model_attrs"]))
     if new_attrs:
         notes.append(f"attributes added to the model object: {new_attrs}")
     return problems, notes
@@ -145,6 +148,12 @@ def run_one(impl: str, entry, out_dir: str, prune: bool, use_repr: bool) -> dict
     """One traced forward of a freshly built model; returns the run's meta record."""
     import torch
 
+    ref_model, ref_args, ref_kwargs = entry.build()
+    with torch.no_grad():
+        ref_model(*ref_args, **ref_kwargs)
+    baseline = snapshot_state(ref_model)
+    del ref_model, ref_args, ref_kwargs
+
     model, args, kwargs = entry.build()
     ctx = get_context(impl)
     os.makedirs(out_dir, exist_ok=True)
@@ -158,7 +167,7 @@ def run_one(impl: str, entry, out_dir: str, prune: bool, use_repr: bool) -> dict
         error = traceback.format_exc()
     secs = time.perf_counter() - t0
     after = snapshot_state(model)
-    problems, notes = state_problems(before, after)
+    problems, notes = state_problems(before, after, baseline)
     return {"ok": error is None, "error": error, "secs": round(secs, 4), "state_problems": problems,
             "notes": notes}
 
