@@ -93,8 +93,57 @@ def summary_tree(tree: Any) -> Any:
 
 
 def encode_tree(tree: dict[str, Any]) -> bytes:
-    """The bytes transformers writes for a tree (``json.dump(tree, f, indent=2)``)."""
-    return json.dumps(tree, indent=2).encode("utf-8")
+    """The bytes transformers writes for a tree: those of ``json.dump(tree, f, indent=2)``.
+
+    Python's indented JSON encoder is pure Python; this one knows the tree holds
+    dicts, lists, strings and None, escapes strings with json's C escaper, and
+    writes a list of strings (a tensor's printed lines) in one join.
+    """
+    parts: list[str] = []
+    _encode(tree, "\n", parts)
+    return "".join(parts).encode("ascii")
+
+
+_escape = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
+
+
+def _encode(value: Any, newline: str, parts: list[str]) -> None:
+    if isinstance(value, str):
+        parts.append(_escape(value))
+    elif isinstance(value, dict):
+        if not value:
+            parts.append("{}")
+            return
+        inner = newline + "  "
+        separator = "{" + inner
+        for key, item in value.items():
+            parts.append(separator)
+            parts.append(_escape(key) if isinstance(key, str) else _key(key))
+            parts.append(": ")
+            _encode(item, inner, parts)
+            separator = "," + inner
+        parts.append(newline + "}")
+    elif isinstance(value, (list, tuple)):
+        if not value:
+            parts.append("[]")
+            return
+        inner = newline + "  "
+        if all(type(item) is str for item in value):
+            parts.append("[" + inner + ("," + inner).join(map(_escape, value)) + newline + "]")
+            return
+        separator = "[" + inner
+        for item in value:
+            parts.append(separator)
+            _encode(item, inner, parts)
+            separator = "," + inner
+        parts.append(newline + "]")
+    else:  # None, numbers, booleans: exactly as json writes them
+        parts.append(json.dumps(value))
+
+
+def _key(key: Any) -> str:
+    """A non-string dict key as json writes it (``1`` -> ``"1"``, ``True`` -> ``"true"``)."""
+    return _escape(json.dumps(key) if isinstance(key, (bool, float)) or key is None else str(key))
 
 
 def write_trace_files(tree: dict[str, Any], folder: Path, class_name: str) -> tuple[Path, Path]:
@@ -132,6 +181,7 @@ class TensorStore:
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
+        self._dir = str(folder)
         self.written: list[str] = []
         self._used: set[str] = set()
 
@@ -149,11 +199,36 @@ class TensorStore:
 
     def save(self, name: str, tensor: torch.Tensor) -> str:
         """Save ``tensor`` under ``name``; returns the reference the JSON holds (``./file``)."""
-        from safetensors.torch import save
+        from safetensors.torch import save_file
 
         file_name = self.file_name(name)
-        data = save({"data": tensor.contiguous().detach().cpu()})
-        write_atomic(self.folder / file_name, data)
+        target = os.path.join(self._dir, file_name)
+        tmp = os.path.join(self._dir, f".{file_name}.{os.getpid()}.tmp")
+        try:
+            save_file({"data": tensor.detach().contiguous().cpu()}, tmp)
+            os.replace(tmp, target)
+        except BaseException:
+            _unlink(tmp)
+            self._used.discard(file_name)
+            raise
+        self.written.append(file_name)
+        return f"./{file_name}"
+
+    def link(self, name: str, existing: str, tensor: torch.Tensor) -> str:
+        """Store the same data as ``existing`` (a file of this forward) under ``name``.
+
+        A hard link where the filesystem allows one, else a fresh write.
+        """
+        file_name = self.file_name(name)
+        target = os.path.join(self._dir, file_name)
+        tmp = os.path.join(self._dir, f".{file_name}.{os.getpid()}.tmp")
+        try:
+            os.link(os.path.join(self._dir, existing), tmp)
+            os.replace(tmp, target)
+        except OSError:
+            _unlink(tmp)
+            self._used.discard(file_name)
+            return self.save(name, tensor)
         self.written.append(file_name)
         return f"./{file_name}"
 
@@ -176,6 +251,14 @@ class TensorStore:
             if path.exists():
                 os.replace(path, destination / path.name)
         self.folder = destination
+        self._dir = str(destination)
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 def tree_refs(trees: Iterable[dict[str, Any]]) -> list[str]:

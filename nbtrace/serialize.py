@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import re
 import warnings
-from collections.abc import Iterator
+import weakref
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -19,6 +20,7 @@ import torch
 from torch._tensor_str import PRINT_OPTS
 
 from .files import TensorStore
+from .printing import fast_printable, stat_reprs, tensor_text
 
 _ADDRESS = re.compile(r"object at 0x[0-9A-Fa-f]+")
 STAT_DTYPES = frozenset({torch.float16, torch.float32, torch.bfloat16})
@@ -54,6 +56,7 @@ class Serializer:
             raise ValueError("use_repr=False needs a folder to write safetensors files into")
         self.use_repr = use_repr
         self.store = store
+        self._seen: dict[int, _Seen] = {}
 
     def __call__(self, value: Any, name: str) -> Any:
         """The JSON structure for ``value``; ``name`` is the base name of its files."""
@@ -73,30 +76,87 @@ class Serializer:
         return _safe_repr(value)
 
     def tensor(self, tensor: torch.Tensor, name: str) -> dict[str, Any]:
-        """The record of one tensor. Never raises for odd tensors: it degrades instead."""
-        record: dict[str, Any] = {"shape": repr(tensor.shape), "dtype": repr(tensor.dtype)}
-        record["value"] = self._values(tensor, name)
-        if tensor.dtype in STAT_DTYPES and tensor.numel() > 0:
-            try:
-                record["mean"] = sanitize(repr(tensor.mean()))
-                record["std"] = sanitize(repr(_std(tensor)))
-                record["min"] = sanitize(repr(tensor.min()))
-                record["max"] = sanitize(repr(tensor.max()))
-            except Exception:  # exotic subclasses / layouts: keep shape, dtype and value
-                for stat in ("mean", "std", "min", "max"):
-                    record.pop(stat, None)
+        """The record of one tensor. Never raises for odd tensors: it degrades instead.
+
+        A tensor seen earlier in this forward (the same object, unchanged since:
+        same ``_version``) reuses its printed lines and stats, and in safetensors
+        mode its file (hard-linked under the new name).
+        """
+        seen = self._seen.get(id(tensor))
+        if seen is not None and (seen.ref() is not tensor or seen.version != tensor._version):
+            seen = None
+        if seen is None:
+            seen = self._describe(tensor)
+        record: dict[str, Any] = {"shape": seen.shape, "dtype": seen.dtype}
+        if self.use_repr or tensor.is_meta:
+            record["value"] = seen.lines if seen.lines is not None else self._lines(tensor)
+        else:
+            record["value"] = self._save(tensor, name, seen)
+        record.update(seen.stats)
         return record
 
-    def _values(self, tensor: torch.Tensor, name: str) -> list[str] | str:
-        if not self.use_repr and not tensor.is_meta:
-            try:
-                return self.store.save(name, tensor)  # type: ignore[union-attr]
-            except Exception:  # no data to save (e.g. sparse, fake): print it instead
-                pass
+    def _describe(self, tensor: torch.Tensor) -> _Seen:
+        """Shape, dtype, stats and (repr mode) printed lines of a tensor not seen before."""
+        fast = fast_printable(tensor)
+        seen = _Seen(repr(tensor.shape), repr(tensor.dtype))
+        if tensor.dtype in STAT_DTYPES and tensor.numel() > 0:
+            stats = stat_reprs(tensor) if fast else None
+            seen.stats = stats if stats is not None else _slow_stats(tensor)
+        if self.use_repr:
+            text = tensor_text(tensor) if fast else None
+            seen.lines = text.splitlines() if text is not None else self._lines(tensor)
+        if fast:  # only plain tensors: autograd suffixes depend on the grad mode of the moment
+            seen.ref = weakref.ref(tensor)
+            seen.version = tensor._version
+            self._seen[id(tensor)] = seen
+        return seen
+
+    def _save(self, tensor: torch.Tensor, name: str, seen: _Seen) -> list[str] | str:
+        store = self.store
+        assert store is not None
+        try:
+            if seen.file is not None:
+                return store.link(name, seen.file, tensor)
+            ref = store.save(name, tensor)
+            seen.file = ref[2:]
+            return ref
+        except Exception:  # no data to save (e.g. sparse, fake): print it instead
+            return self._lines(tensor)
+
+    @staticmethod
+    def _lines(tensor: torch.Tensor) -> list[str]:
         try:
             return sanitize(str(tensor)).splitlines()
         except Exception as exc:
             return [f"<tensor could not be printed: {type(exc).__name__}: {exc}>"]
+
+
+class _Seen:
+    """What one tensor serialized to, kept to reuse when the same tensor comes back."""
+
+    __slots__ = ("shape", "dtype", "stats", "lines", "file", "ref", "version")
+
+    def __init__(self, shape: str, dtype: str) -> None:
+        self.shape = shape
+        self.dtype = dtype
+        self.stats: dict[str, str] = {}
+        self.lines: list[str] | None = None
+        self.file: str | None = None
+        self.ref: Callable[[], Any] | None = None
+        self.version = -1
+
+
+def _slow_stats(tensor: torch.Tensor) -> dict[str, str]:
+    """The four stat strings through torch's own printer (tensors the fast path does not cover)."""
+    try:
+        return {
+            "mean": sanitize(repr(tensor.mean())),
+            "std": sanitize(repr(_std(tensor))),
+            "min": sanitize(repr(tensor.min())),
+            "max": sanitize(repr(tensor.max())),
+        }
+    except Exception:  # exotic subclasses / layouts: keep shape, dtype and value
+        return {}
 
 
 def _std(tensor: torch.Tensor) -> torch.Tensor:
