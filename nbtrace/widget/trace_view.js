@@ -434,8 +434,9 @@ function render({ model, el: host }) {
         }
         out.push(box);
       }
-    } else if (!d.outputs_recorded && d.children) {
-      out.push(el("div", "nbt-hint", "The file format records outputs only for calls without sub-calls; select a sub-call."));
+    }
+    if (!d.outputs_recorded && d.children) {
+      out.push(el("div", "nbt-hint", "Outputs are not recorded for calls with sub-calls (the file format keeps them for the innermost calls only): select a sub-call."));
     }
     if (d.values.length) {
       const list = el("div", "nbt-d-others");
