@@ -534,6 +534,149 @@ class ParamOnlyNet(nn.Module):
         return y if bias is None else y + bias
 
 
+class _Tok(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.emb = nn.Embedding(16, d)
+
+    def forward(self, ids):
+        return self.emb(ids)
+
+
+class AliasedModuleNet(nn.Module):
+    """One module registered under two names (like tied encoder/decoder embeddings): it is traced under its
+    first name (``named_modules`` de-duplicates), so it is one module called twice."""
+
+    def __init__(self, d: int = 8):
+        super().__init__()
+        self.enc_embed = nn.Embedding(16, d)
+        self.dec_embed = self.enc_embed  # same module object, second name
+        self.mix = nn.Linear(2 * d, d)
+
+    def forward(self, src_ids, tgt_ids):
+        return self.mix(torch.cat([self.enc_embed(src_ids), self.dec_embed(tgt_ids)], dim=-1))
+
+
+class SharedLayerLoopNet(nn.Module):
+    """ALBERT-style: one layer block (``layers.0``) run 4 times in a loop, after two ordinary blocks. Pruning
+    keeps the first and last call of the shared block among the layer blocks."""
+
+    def __init__(self, d: int = 8):
+        super().__init__()
+        self.pre = nn.ModuleList([_SubLayer(d) for _ in range(2)])
+        self.layers = nn.ModuleList([_SubLayer(d)])
+
+    def forward(self, x):
+        for layer in self.pre:
+            x = layer(x)
+        for _ in range(4):
+            x = self.layers[0](x)
+        return x
+
+
+class _Inner(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.lin = nn.Linear(d, d)
+
+    def forward(self, x):
+        return self.lin(x).tanh()
+
+
+class DirectForwardNet(nn.Module):
+    """The parent calls a submodule's ``.forward(...)`` directly (no ``__call__``, so no hooks run) and
+    another one through ``super().forward``-style indirection."""
+
+    def __init__(self, d: int = 8):
+        super().__init__()
+        self.a = _Inner(d)
+        self.b = _Inner(d)
+        self.c = nn.Linear(d, d)
+
+    def forward(self, x):
+        x = self.a.forward(x)  # direct call
+        x = self.b(x)
+        return nn.Linear.forward(self.c, x)  # unbound class forward: no module call at all
+
+
+class _AddOneInPlace(nn.Module):
+    def forward(self, x):
+        return x.add_(1.0)  # mutates its input
+
+
+class InplaceNet(nn.Module):
+    """In-place ops: ReLU(inplace=True), a leaf that mutates its input, and the parent mutating a child's
+    output afterwards. A tracer must record each tensor as it was at that moment (transformers serializes
+    inputs before the call and outputs right after it)."""
+
+    def __init__(self, d: int = 8):
+        super().__init__()
+        self.lin = nn.Linear(d, d)
+        self.relu = nn.ReLU(inplace=True)
+        self.bump = _AddOneInPlace()
+        self.out = nn.Linear(d, d)
+
+    def forward(self, x):
+        h = self.lin(x)
+        h.mul_(3.0)  # changes lin's recorded output if it were read later
+        h = self.relu(h)
+        h = self.bump(h)
+        h.sub_(0.5)
+        x.mul_(2.0)  # the caller's input tensor too (the test builds fresh inputs per run)
+        return self.out(h)
+
+
+class _Const(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.table = nn.Parameter(torch.randn(3, d))
+
+    def forward(self):
+        return self.table  # a Parameter ("Parameter containing:" in its repr)
+
+
+class _Nothing(nn.Module):
+    def forward(self, x, cfg=None):
+        return None
+
+
+class _Describe(nn.Module):
+    def forward(self, x, label="", opts=None):
+        return f"{label}:{tuple(x.shape)}", len(opts or {}), 1.5
+
+
+class _Casts(nn.Module):
+    def forward(self, x):
+        return {
+            "f64": x.double() / 3,  # no stats for float64 in the format
+            "u8": (x.abs() * 10).to(torch.uint8),
+            "i8": (x * 10).to(torch.int8),
+            "half": x.half(),
+            "bf16": x.bfloat16(),
+            "cplx_abs": torch.view_as_real(torch.complex(x, -x)),
+        }
+
+
+class OddIONet(nn.Module):
+    """A module called with no arguments that returns a Parameter, one that returns None, one that returns a
+    str/int/float tuple, a dict kwarg, a unicode/quote-laden str kwarg, and float64/uint8/int8/half/bf16
+    tensors inside a float32 model."""
+
+    def __init__(self, d: int = 8):
+        super().__init__()
+        self.const = _Const(d)
+        self.nothing = _Nothing()
+        self.describe = _Describe()
+        self.casts = _Casts()
+
+    def forward(self, x, label='naïve ✓ "quoted" \\ tab\t\n'):
+        t = self.const()
+        self.nothing(x, cfg={"k": torch.ones(2), "n": 3, "nested": {"s": "x", "l": [1, None]}})
+        desc = self.describe(x, label=label, opts={"a": 1})
+        c = self.casts(x @ t.T)
+        return c["f64"].float().sum(-1) + len(desc[0])
+
+
 def _plain(cls, make_inputs):
     def factory():
         return cls(), make_inputs
@@ -614,6 +757,18 @@ for _e in [
              description="leaf called 3x, a module with children called 2x"),
     ZooEntry("call_name_clash", _plain(CallNameClashNet, _x(2, 3, 8)), calls_twice=True,
              description="a module called twice next to modules named norm_call2 / norm_2 / norm_1 ..."),
+    ZooEntry("aliased_module", _plain(AliasedModuleNet, lambda: ((torch.randint(0, 16, (2, 4)),
+                                                                   torch.randint(0, 16, (2, 4))), {})),
+             calls_twice=True, description="one module under two names, called through both"),
+    ZooEntry("shared_layer_loop", _plain(SharedLayerLoopNet, _x(2, 3, 8)), calls_twice=True, prunes=True,
+             description="ALBERT-style layer block called 4 times in a loop (pruning among repeated calls)"),
+    ZooEntry("direct_forward", _plain(DirectForwardNet, _x(2, 8)),
+             description="parent calls child.forward(...) directly, and Linear.forward(child, ...) unbound"),
+    ZooEntry("inplace", _plain(InplaceNet, _x(2, 8)),
+             description="in-place ops on inputs and outputs (records must be taken at call time)"),
+    ZooEntry("odd_io", _plain(OddIONet, _x(2, 8)),
+             description="no-arg module returning a Parameter, None / str outputs, dict + unicode kwargs, "
+                         "float64/uint8/int8/half/bf16 tensors"),
     ZooEntry("unused_children", _plain(UnusedChildrenNet, _x(2, 8)),
              description="module with children it never calls (outputs null)"),
     ZooEntry("value_kwarg", _plain(ValueKwargNet, _x(2, 3, 8)), value_kwarg=True,

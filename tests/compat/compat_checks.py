@@ -4,7 +4,7 @@ candidate implementation's ("B"), plus a reference capture of every call's tenso
 Pure functions over folders; ``compare_run`` returns a list of failure messages (empty: compatible).
 Usable without pytest:
 
-    python tests/compat/checks.py A_DIR B_DIR CLASS --safetensors --capture capture.pt
+    python tests/compat/compat_checks.py A_DIR B_DIR CLASS --safetensors --capture capture.pt
 """
 
 from __future__ import annotations
@@ -143,29 +143,43 @@ class AlignmentError(Exception):
     pass
 
 
-def align(jroot: dict, croot: dict) -> dict[int, dict]:
-    """Map id(json node) -> capture node. The JSON tree is the capture tree with some subtrees (pruned layer
-    blocks) removed; siblings are matched greedily in call order."""
+def _capture_is_layer_block(cn: dict) -> bool:
+    m = LAYER_SUFFIX_RE.match(cn["path"])
+    if not m or not cn["children"]:
+        return False
+    return any(f".{m.group(2)}." in c["path"] for c in cn["children"])
+
+
+def _kept_children(cn: dict, prune: bool) -> list[dict]:
+    """The calls under ``cn`` that the JSON keeps: transformers' prune_intermediate_layers on the capture."""
+    children = cn["children"]
+    if not prune:
+        return children
+    blocks = [i for i, c in enumerate(children) if _capture_is_layer_block(c)]
+    drop = set(blocks[1:-1]) if len(blocks) > 2 else set()
+    return [c for i, c in enumerate(children) if i not in drop]
+
+
+def align(jroot: dict, croot: dict, prune: bool) -> dict[int, dict]:
+    """Map id(json node) -> capture node (a call, with its call index). The JSON tree must be exactly the
+    captured call tree with transformers' layer pruning applied (when ``prune``)."""
     mapping: dict[int, dict] = {}
 
-    def rec(jn, cn, trail):
+    def rec(jn, cn):
         if jn.get("module_path") != cn["path"]:
-            raise AlignmentError(f"{trail}: json node {jn.get('module_path')!r} vs call {cn['path']!r}")
+            raise AlignmentError(f"json node {jn.get('module_path')!r} vs call {cn['path']!r}")
         mapping[id(jn)] = cn
-        cchildren = cn["children"]
-        pos = 0
-        for jc in jn.get("children", []) or []:
-            while pos < len(cchildren) and cchildren[pos]["path"] != jc.get("module_path"):
-                pos += 1
-            if pos == len(cchildren):
-                raise AlignmentError(
-                    f"json child {jc.get('module_path')!r} of {jn.get('module_path')!r} matches no remaining call "
-                    f"(calls: {[c['path'] for c in cchildren]})"
-                )
-            rec(jc, cchildren[pos], trail + "/" + str(jc.get("module_path")))
-            pos += 1
+        jch = jn.get("children", []) or []
+        cch = _kept_children(cn, prune)
+        if [j.get("module_path") for j in jch] != [c["path"] for c in cch]:
+            raise AlignmentError(
+                f"children of {cn['path']!r}: json {[j.get('module_path') for j in jch]} vs expected calls "
+                f"{[c['path'] for c in cch]}"
+            )
+        for j, c in zip(jch, cch):
+            rec(j, c)
 
-    rec(jroot, croot, jroot.get("module_path", "?"))
+    rec(jroot, croot)
     return mapping
 
 
@@ -256,7 +270,7 @@ def _is_pruned_block_file(name: str, json_paths: set[str]) -> bool:
 
 
 def compare_run(a_dir: str, b_dir: str, cls: str, use_repr: bool, capture: dict | None,
-                candidate: str = "nbtrace") -> RunResult:
+                candidate: str = "nbtrace", prune: bool = True) -> RunResult:
     """Compare one option combination. ``candidate`` is "nbtrace" (documented differences apply) or
     "transformers" (harness self-check: everything must be identical)."""
     res = RunResult()
@@ -282,8 +296,8 @@ def compare_run(a_dir: str, b_dir: str, cls: str, use_repr: bool, capture: dict 
         res.failures.append(f"{full_name}: not valid JSON ({e})")
         return res
 
-    calls = align_or_report(a_full, capture, res, "transformers FULL", harness=True)
-    b_calls = align_or_report(b_full, capture, res, f"{candidate} FULL", harness=False)
+    calls = align_or_report(a_full, capture, prune, res, "transformers FULL", harness=True)
+    b_calls = align_or_report(b_full, capture, prune, res, f"{candidate} FULL", harness=False)
     multi = {p for p, n in (capture or {}).get("counts", {}).items() if n > 1}
 
     # ---- FULL json ---------------------------------------------------------------------------------------
@@ -336,11 +350,11 @@ def compare_run(a_dir: str, b_dir: str, cls: str, use_repr: bool, capture: dict 
     return res
 
 
-def align_or_report(tree, capture, res, what, harness):
+def align_or_report(tree, capture, prune, res, what, harness):
     if capture is None:
         return None
     try:
-        return align(tree, capture["root"])
+        return align(tree, capture["root"], prune)
     except AlignmentError as e:
         (res.harness if harness else res.failures).append(f"{what}: cannot align with the captured calls: {e}")
         return None
@@ -498,13 +512,14 @@ def main(argv=None) -> int:
     p.add_argument("--safetensors", action="store_true")
     p.add_argument("--capture")
     p.add_argument("--candidate", default="nbtrace")
+    p.add_argument("--no-prune", action="store_true")
     o = p.parse_args(argv)
     cap = None
     if o.capture:
         import torch
 
         cap = torch.load(o.capture, weights_only=True)
-    r = compare_run(o.a_dir, o.b_dir, o.cls, not o.safetensors, cap, o.candidate)
+    r = compare_run(o.a_dir, o.b_dir, o.cls, not o.safetensors, cap, o.candidate, not o.no_prune)
     for m in r.harness:
         print("HARNESS:", m)
     for m in r.failures:
