@@ -25,6 +25,7 @@ from torch import nn
 from .files import TensorStore, prepare_debug_dir, tree_refs, write_trace_files
 from .prune import prune_intermediate_layers, prune_outputs_of_parents
 from .serialize import Serializer, sanitize
+from .speculate import Frame, Speculation, numbered_containers
 from .trace import Trace
 
 _MISSING = object()
@@ -65,6 +66,7 @@ class Recorder:
         self.traces: list[Trace] = []
         self._run: _ForwardRun | None = None
         self._previous_store: TensorStore | None = None
+        self._containers = numbered_containers(model, self.class_name)
 
     @property
     def trace(self) -> Trace | None:
@@ -84,7 +86,7 @@ class Recorder:
         count = run.calls[path] = run.calls.get(path, 0) + 1
         base = path if count == 1 else f"{path}_call{count}"
         inputs = {key: part for key, part in (("args", args), ("kwargs", kwargs)) if len(part) > 0}
-        node = run.open(path, run.serialize(inputs, f"{base}_inputs"))
+        node = run.open(path, inputs, f"{base}_inputs")
         try:
             with torch.no_grad():
                 out = forward(*args, **kwargs)
@@ -93,7 +95,7 @@ class Recorder:
             raise
         try:
             if not has_children:
-                node["outputs"] = run.serialize(out, f"{base}_outputs")
+                run.record(node, "outputs", out, f"{base}_outputs")
         finally:
             run.close(node)
         return out
@@ -107,7 +109,7 @@ class Recorder:
         assert run is not None
         name = self.class_name
         try:
-            node = run.open(f"{name} (top-level)", run.serialize({"args": args, "kwargs": kwargs}, f"{name}_inputs"))
+            node = run.open(f"{name} (top-level)", {"args": args, "kwargs": kwargs}, f"{name}_inputs")
             try:
                 out = forward(*args, **kwargs)
             except BaseException as exc:
@@ -115,7 +117,7 @@ class Recorder:
                 self._end_forward(run, node, failed=True)
                 raise
             try:
-                node["outputs"] = run.serialize(out, f"{name}_outputs")
+                run.record(node, "outputs", out, f"{name}_outputs")
             finally:
                 run.close(node)
             self._end_forward(run, node, failed=False)
@@ -128,7 +130,8 @@ class Recorder:
             self._keep_previous_forward()
         store = TensorStore(self.folder or Path(".").resolve())
         serializer = Serializer(self.use_repr, store)
-        self._run = _ForwardRun(serializer, store)
+        containers = self._containers if self.do_prune_layers else {}
+        self._run = _ForwardRun(serializer, store, containers)
 
     def _keep_previous_forward(self) -> None:
         """Move the files of the previous forward into ``forward_<i>/`` so the next one cannot overwrite them."""
@@ -172,19 +175,33 @@ class Recorder:
 
 
 class _ForwardRun:
-    """The state of one top-level forward: the open calls and their serializer."""
+    """The state of one top-level forward: the open calls, their serializer, and the speculation."""
 
-    def __init__(self, serialize: Serializer, store: TensorStore) -> None:
+    def __init__(self, serialize: Serializer, store: TensorStore, containers: dict[str, int]) -> None:
         self.serialize = serialize
         self.store = store
-        self.stack: list[dict[str, Any]] = []
+        self.frames: list[Frame] = []
         self.calls: dict[str, int] = {}
         self.started: dict[int, float] = {}
         self.durations: dict[int, float | None] = {}
+        self.speculation = Speculation(containers, serialize)
 
-    def open(self, path: str, inputs: Any) -> dict[str, Any]:
-        node = {"module_path": path, "inputs": inputs, "outputs": None, "children": []}
-        self.stack.append(node)
+    def record(self, node: dict[str, Any], key: str, value: Any, name: str) -> None:
+        """Serialize ``value`` into ``node[key]``, or hold it if its layer block may be pruned."""
+        if self.speculation.deferring is not None:
+            node[key] = None
+            self.speculation.hold(node, key, value, name)
+        else:
+            node[key] = self.serialize(value, name)
+
+    def open(self, path: str, inputs: Any, name: str) -> dict[str, Any]:
+        node: dict[str, Any] = {"module_path": path, "inputs": None, "outputs": None, "children": []}
+        parent = self.frames[-1] if self.frames else None
+        self.speculation.begin(node, parent)
+        self.record(node, "inputs", inputs, name)
+        frame = Frame(node)
+        self.frames.append(frame)
+        self.speculation.opened(frame, parent, self.frames[-3] if len(self.frames) > 2 else None)
         self.started[id(node)] = time.perf_counter()
         return node
 
@@ -192,17 +209,21 @@ class _ForwardRun:
         self.durations[id(node)] = time.perf_counter() - self.started.pop(id(node), time.perf_counter())
         # Pop down to this node: a call that never closed (it cannot happen, but a
         # corrupted stack must not misplace every later call) is closed with it.
-        while self.stack:
-            finished = self.stack.pop()
-            if finished is node:
+        frame = None
+        while self.frames:
+            frame = self.frames.pop()
+            if frame.node is node:
                 break
         children = node.pop("children")
         if error is not None:
             node["error"] = error_record(error)
         if children:
             node["children"] = children
-        if self.stack:
-            self.stack[-1]["children"].append(node)
+        parent = self.frames[-1] if self.frames else None
+        if frame is not None:
+            self.speculation.closed(frame, parent)
+        if parent is not None:
+            parent.node["children"].append(node)
 
 
 def _walk_dicts(root: dict[str, Any]) -> Iterator[dict[str, Any]]:

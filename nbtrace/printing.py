@@ -115,72 +115,66 @@ def tensor_text(tensor: torch.Tensor) -> str | None:
     if summarize:
         for dim, size in enumerate(tensor.shape):
             if size > 2 * edge:
-                index = torch.tensor(list(range(edge)) + list(range(size - edge, size)), device=tensor.device)
-                shown = shown.index_select(dim, index)
-    data = shown.tolist()
-    flat = _flatten(data, tensor.dim())
-    fmt = _element_formatter(flat, tensor.dtype in _FLOATS)
+                shown = shown.index_select(dim, _edge_index(size, edge, tensor.device))
+    data = shown.reshape(-1).tolist()
+    items, width = _format_items(data, tensor.dtype in _FLOATS)
     indent = len(_PREFIX)
-    body = _layout(data, tensor.dim(), indent, summarize, tensor.shape, fmt)
+    if tensor.dim() == 0:
+        body = items[0]
+    else:
+        body = _layout(items, 0, len(items), tuple(shown.shape), tuple(tensor.shape), indent, summarize, width)
     return add_suffixes(_PREFIX + body, suffixes(tensor), indent)
 
 
-def _flatten(data: Any, dim: int) -> list:
-    if dim == 0:
-        return [data]
-    for _ in range(dim - 1):
-        data = [item for row in data for item in row]
-    return data
+_EDGE_INDEX: dict[tuple[int, int, torch.device], torch.Tensor] = {}
 
 
-class _Formatter:
-    """torch's ``_Formatter`` for the values torch would show, with sci mode on."""
-
-    __slots__ = ("width", "floating", "sci", "precision")
-
-    def __init__(self, width: int, floating: bool, sci: bool, precision: int) -> None:
-        self.width = width
-        self.floating = floating
-        self.sci = sci
-        self.precision = precision
-
-    def __call__(self, value: Any) -> str:
-        if self.floating:
-            if self.sci:
-                text = f"{value:{self.width}.{self.precision}e}"
-            else:  # no finite non-zero value at all: integer mode
-                text = f"{value:.0f}"
-                if math.isfinite(value):
-                    text += "."
-        else:
-            text = f"{value}"
-        return text.rjust(self.width)
+def _edge_index(size: int, edge: int, device: torch.device) -> torch.Tensor:
+    """The indices of the first and last ``edge`` items of a dimension of ``size``."""
+    key = (size, edge, device)
+    index = _EDGE_INDEX.get(key)
+    if index is None:
+        if len(_EDGE_INDEX) > 512:
+            _EDGE_INDEX.clear()
+        index = _EDGE_INDEX[key] = torch.tensor(
+            list(range(edge)) + list(range(size - edge, size)), device=device
+        )
+    return index
 
 
-def _element_formatter(flat: list, floating: bool) -> _Formatter:
-    precision = PRINT_OPTS.precision
+def _format_items(data: list, floating: bool) -> tuple[list[str], int]:
+    """Each value as torch formats it, padded to the common width (torch's ``_Formatter``)."""
     if not floating:
-        return _Formatter(max([1] + [len(f"{v}") for v in flat]), False, False, precision)
-    finite = [v for v in flat if v != 0.0 and math.isfinite(v)]
-    if not finite:
-        return _Formatter(1, True, False, precision)
-    width = max(len(f"{v:.{precision}e}") for v in finite)
-    return _Formatter(max(1, width), True, True, precision)
+        texts = [f"{v}" for v in data]
+        width = max(map(len, texts))
+        return [t.rjust(width) for t in texts], width
+    precision = PRINT_OPTS.precision
+    texts = [f"{v:.{precision}e}" for v in data]
+    finite = [len(t) for t, v in zip(texts, data) if v != 0.0 and math.isfinite(v)]
+    if not finite:  # no finite non-zero value: torch's integer mode, width 1
+        return [f"{v:.0f}." if math.isfinite(v) else f"{v:.0f}" for v in data], 1
+    width = max(finite)
+    return [t.rjust(width) for t in texts], width
 
 
-def _layout(data: Any, dim: int, indent: int, summarize: bool, shape: tuple, fmt: _Formatter) -> str:
-    if dim == 0:
-        return fmt(data)
+def _layout(
+    items: list[str], start: int, stop: int, shown: tuple, shape: tuple, indent: int, summarize: bool, width: int
+) -> str:
+    """torch's ``_tensor_str_with_formatter`` over ``items[start:stop]`` (the shown values, flat)."""
     edge = PRINT_OPTS.edgeitems
     cut = summarize and shape[0] > 2 * edge
-    if dim == 1:
-        items = [fmt(v) for v in data]
+    if len(shape) == 1:
+        row = items[start:stop]
         if cut:
-            items = items[:edge] + [" ..."] + items[edge:]
-        per_line = max(1, math.floor((PRINT_OPTS.linewidth - indent) / (fmt.width + 2)))
-        lines = [", ".join(items[i : i + per_line]) for i in range(0, len(items), per_line)]
+            row = row[:edge] + [" ..."] + row[edge:]
+        per_line = max(1, math.floor((PRINT_OPTS.linewidth - indent) / (width + 2)))
+        lines = [", ".join(row[i : i + per_line]) for i in range(0, len(row), per_line)]
         return "[" + (",\n" + " " * (indent + 1)).join(lines) + "]"
-    rows = [_layout(row, dim - 1, indent + 1, summarize, shape[1:], fmt) for row in data]
+    step = (stop - start) // shown[0]
+    rows = [
+        _layout(items, at, at + step, shown[1:], shape[1:], indent + 1, summarize, width)
+        for at in range(start, stop, step)
+    ]
     if cut:
         rows = rows[:edge] + ["..."] + rows[edge:]
-    return "[" + ("," + "\n" * (dim - 1) + " " * (indent + 1)).join(rows) + "]"
+    return "[" + ("," + "\n" * (len(shape) - 1) + " " * (indent + 1)).join(rows) + "]"

@@ -68,7 +68,7 @@ class Serializer:
             return [self._value(item, f"{name}_{i}") for i, item in enumerate(value)]
         if isinstance(value, dict):
             return {_json_key(key): self._value(item, f"{name}_{key}") for key, item in value.items()}
-        local = _local_tensor(value)
+        local = local_tensor(value)
         if local is not None:
             return self.tensor(local, name)
         if isinstance(value, torch.Tensor):
@@ -105,7 +105,9 @@ class Serializer:
         if self.use_repr:
             text = tensor_text(tensor) if fast else None
             seen.lines = text.splitlines() if text is not None else self._lines(tensor)
-        if fast:  # only plain tensors: autograd suffixes depend on the grad mode of the moment
+        # Reuse only what can be proven unchanged later: plain tensors (autograd suffixes depend on
+        # the grad mode of the moment) with a version counter (inference tensors have none).
+        if fast and not tensor.is_inference():
             seen.ref = weakref.ref(tensor)
             seen.version = tensor._version
             self._seen[id(tensor)] = seen
@@ -174,7 +176,7 @@ def _json_key(key: Any) -> Any:
     return _safe_repr(key)
 
 
-def _local_tensor(value: Any) -> torch.Tensor | None:
+def local_tensor(value: Any) -> torch.Tensor | None:
     """The local shard of a DTensor-like value, else None."""
     try:
         local = getattr(value, "_local_tensor", None)

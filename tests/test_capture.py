@@ -339,3 +339,15 @@ def test_a_truncated_write_never_replaces_a_good_file(tmp_path, monkeypatch):
         "DemoLM_debug_tree_FULL_TENSORS.json",
         "DemoLM_debug_tree_SUMMARY.json",
     ]
+
+
+@pytest.mark.parametrize("use_repr", [True, False])
+def test_tracing_under_inference_mode_gives_the_same_trace(tmp_path, use_repr):
+    model, inputs = build_demo(num_layers=2)
+    traces = []
+    for mode, folder in ((torch.no_grad, tmp_path / "no_grad"), (torch.inference_mode, tmp_path / "inference")):
+        with nbtrace.trace(model, debug_path=folder, use_repr=use_repr) as rec:
+            with mode():
+                model(**inputs)
+        traces.append(rec.trace)
+    assert traces[0].to_dict() == traces[1].to_dict()
