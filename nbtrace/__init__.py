@@ -3,6 +3,7 @@
 from typing import Any
 
 from .capture import Recorder, model_addition_debugger_context, trace
+from .compare import Comparison, compare  # needs torch alone; eager, or `import nbtrace.compare` would shadow the function
 from .errors import TraceFormatError
 from .files import load_trace
 from .trace import Node, TensorValue, Trace
@@ -14,8 +15,6 @@ __version__ = "0.1.0"
 _LAZY = {
     "to_dataframe": "frame",
     "plot_stats": "plot",
-    "compare": "compare",
-    "Comparison": "compare",
     "TraceView": "widget",
 }
 
