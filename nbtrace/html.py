@@ -28,6 +28,7 @@ STATUS_STYLE = {
 _BAD = "#c62828"
 _MUTED = "#757575"
 _CELL = "padding:1px 8px 1px 0;text-align:left;white-space:pre;vertical-align:top"
+_NUM = "padding:1px 8px 1px 0;text-align:right;white-space:pre;vertical-align:top"
 
 
 def _badge(text: str, colour: str) -> str:
@@ -118,8 +119,8 @@ def tree_html(
         hint = "; ".join(notes) + " (nbtrace.TraceView shows them all)"
         rows.append(f'<tr><td style="{_CELL};color:{_MUTED}" colspan="5">{escape(hint)}</td></tr>')
     head = "".join(
-        f'<th style="{_CELL};border-bottom:1px solid {_MUTED}">{name}</th>'
-        for name in ("module", "output", "mean", "std", "")
+        f'<th style="{style};border-bottom:1px solid {_MUTED}">{name}</th>'
+        for name, style in (("module", _CELL), ("output", _CELL), ("mean", _NUM), ("std", _NUM), ("", _CELL))
     )
     return (
         '<table class="nbtrace-tree" style="border-collapse:collapse;font-family:monospace;font-size:12px;'
@@ -161,7 +162,7 @@ def _node_row(node: Node, prefix: str, calls: int, inside: int, state: str | Non
     title = escape(node.module_path, quote=True)
     return (
         f'<tr title="{title}"><td style="{style}">{escape(prefix)}{name}</td>'
-        f'<td style="{_CELL}">{output}</td><td style="{_CELL}">{mean}</td><td style="{_CELL}">{std}</td>'
+        f'<td style="{_CELL}">{output}</td><td style="{_NUM}">{mean}</td><td style="{_NUM}">{std}</td>'
         f'<td style="{_CELL}">{" ".join(flags)}</td></tr>'
     )
 
