@@ -1,17 +1,28 @@
 """The ``nbtrace`` command line: demo, show, diff, plot.
 
-Bad input (a missing or broken trace file) exits with status 2 and one line
-naming the file, never a traceback.
+Bad input (a missing or broken trace file, rename file or output path) exits with
+status 2 and one line ``nbtrace: error: <file>: <problem>``, never a traceback.
+``diff`` exits 0 when the traces agree and 1 when they diverge.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from .errors import TraceFormatError
+
+
+class InputError(Exception):
+    """A bad file or argument given on the command line: ``<what>: <problem>``."""
+
+    def __init__(self, what: object, problem: str) -> None:
+        super().__init__(f"{what}: {problem}")
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -43,6 +54,105 @@ def _show(args: argparse.Namespace) -> int:
     return 0
 
 
+def read_rename(path: str | os.PathLike) -> dict[str, str]:
+    """A rename file: a JSON object ``{"regex": "replacement"}`` or lines ``regex = replacement``.
+
+    In the line format, blank lines and lines starting with ``#`` are skipped and
+    each line is split at its first `` = `` (space, equals sign, space).
+    """
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(file, "no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(file, f"cannot be read: {getattr(exc, 'strerror', None) or exc}") from None
+    stripped = text.strip()
+    rules: dict[str, str] = {}
+    if stripped.startswith("{"):
+        try:
+            loaded = json.loads(stripped)
+        except json.JSONDecodeError as exc:
+            raise InputError(file, f"is not valid JSON: {exc}") from None
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in loaded.items()):
+            raise InputError(file, "must map regex strings to replacement strings")
+        rules = loaded
+    else:
+        for number, line in enumerate(text.splitlines(), 1):
+            if not line.strip() or line.lstrip().startswith("#"):
+                continue
+            if " = " not in line:
+                raise InputError(file, f"line {number}: expected 'regex = replacement', got {line.strip()!r}")
+            pattern, replacement = line.split(" = ", 1)
+            rules[pattern.strip()] = replacement.strip()
+    for pattern in rules:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise InputError(file, f"bad regular expression {pattern!r}: {exc}") from None
+    return rules
+
+
+def _diff(args: argparse.Namespace) -> int:
+    from .compare import compare
+    from .files import load_trace
+    from .text import format_comparison_table
+
+    rename = read_rename(args.rename) if args.rename else None
+    a = load_trace(args.a)
+    b = load_trace(args.b)
+    comparison = compare(a, b, rename=rename, rtol=args.rtol, atol=args.atol)
+    print(comparison.summary())
+    print()
+    print(format_comparison_table(comparison, rows=args.rows))
+    return 0 if comparison.agree else 1
+
+
+def _plot(args: argparse.Namespace) -> int:
+    from .files import load_trace
+
+    if args.where is not None:
+        try:
+            re.compile(args.where)
+        except re.error as exc:
+            raise InputError("--where", f"bad regular expression {args.where!r}: {exc}") from None
+    out = Path(args.output)
+    suffix = out.suffix.lstrip(".").lower()
+    if not suffix:
+        raise InputError(out, "needs a file extension (.png, .svg, .pdf, ...)")
+    if not out.parent.is_dir():
+        raise InputError(out, f"folder {str(out.parent)!r} does not exist")
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise InputError("plot", "needs matplotlib: pip install 'nbtrace[notebook]'") from None
+    figure = Figure(figsize=(args.width, args.height), dpi=args.dpi)
+    if suffix not in figure.canvas.get_supported_filetypes():
+        raise InputError(out, f"matplotlib cannot write .{suffix} files")
+    trace = load_trace(args.path)
+    other = load_trace(args.compare) if args.compare else None
+    from .plot import plot_stats
+
+    try:
+        plot_stats(
+            trace, ax=figure.add_subplot(), compare=other, where=args.where, stat=args.stat, minmax=args.minmax,
+            log={"auto": None, "log": True, "linear": False}[args.scale],
+        )
+    except ValueError as exc:
+        raise InputError("plot", str(exc)) from None
+    figure.tight_layout()
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    try:
+        figure.savefig(tmp, format=suffix)
+        os.replace(tmp, out)
+    except OSError as exc:
+        raise InputError(out, f"cannot be written: {exc.strerror or exc}") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+    print(f"wrote {out}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="nbtrace", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -60,6 +170,37 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--depth", type=int, default=None, help="print the tree this deep only")
     show.add_argument("--filter", default=None, help="only calls whose path contains this text")
     show.set_defaults(run=_show)
+
+    diff = commands.add_parser(
+        "diff",
+        help="compare trace B against the reference A; exit 0 when they agree, 1 when they diverge",
+        description="Compare trace B against the reference A and print the first divergence and a table. "
+        "Exit status: 0 they agree, 1 they diverge (or nothing could be compared), 2 bad input.",
+    )
+    diff.add_argument("a", help="the reference trace (file or folder)")
+    diff.add_argument("b", help="the trace to check (file or folder)")
+    diff.add_argument(
+        "--rename",
+        metavar="FILE",
+        help="rewrite B's module paths: a JSON object {regex: replacement} or lines 'regex = replacement'",
+    )
+    diff.add_argument("--rtol", type=float, default=None, help="relative tolerance (default: by dtype)")
+    diff.add_argument("--atol", type=float, default=None, help="absolute tolerance (default: by dtype)")
+    diff.add_argument("--rows", type=int, default=30, help="table rows to print (default: 30)")
+    diff.set_defaults(run=_diff)
+
+    plot = commands.add_parser("plot", help="plot activation stats across layers into an image file")
+    plot.add_argument("path", help="a trace file or folder")
+    plot.add_argument("-o", "--output", required=True, help="the image to write (.png, .svg, .pdf)")
+    plot.add_argument("--compare", metavar="TRACE", help="overlay a second trace")
+    plot.add_argument("--where", metavar="REGEX", help="plot the calls matching this regex instead of layer blocks")
+    plot.add_argument("--stat", default="mean", choices=("mean", "std", "min", "max", "absmax"))
+    plot.add_argument("--minmax", action="store_true", help="add min and max lines")
+    plot.add_argument("--scale", default="auto", choices=("auto", "log", "linear"), help="y scale (default: auto)")
+    plot.add_argument("--width", type=float, default=8.0, help="figure width in inches")
+    plot.add_argument("--height", type=float, default=4.5, help="figure height in inches")
+    plot.add_argument("--dpi", type=int, default=120)
+    plot.set_defaults(run=_plot)
     return parser
 
 
@@ -68,11 +209,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)
-    except TraceFormatError as exc:
-        print(f"nbtrace: error: {exc}", file=sys.stderr)
+    except (TraceFormatError, InputError) as exc:
+        print(f"nbtrace: error: {_one_line(exc)}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `nbtrace show x | head`
+        try:
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the flush at exit
+        except OSError:
+            pass
         return 0
+
+
+def _one_line(exc: Exception) -> str:
+    return " ".join(str(exc).split())
 
 
 if __name__ == "__main__":  # pragma: no cover

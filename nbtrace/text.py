@@ -101,3 +101,65 @@ def _render(
             lines.append(f"{child_prefix}{'└─ ' if is_last else '├─ '}{item}")
         else:
             _render(item, child_prefix, is_last, False, max_depth, keep, lines)
+
+
+_MARKS = {"match": "ok", "diverged": "DIFF", "first": ">>>", "only_a": "only a", "no_data": "-"}
+
+
+def format_comparison_table(comparison, rows: int = 30) -> str:
+    """A compact table of a's calls for ``nbtrace diff``: status, a's call, b's call, basis, score.
+
+    At most ``rows`` rows, starting a few calls before the first divergence.
+    """
+    report = comparison.node_report()
+    nodes = comparison.a.nodes()
+    start = 0
+    first = comparison.first_divergence
+    if first is not None:
+        start = max(0, first.node.index - 5)
+    shown = list(range(start, min(len(nodes), start + max(rows, 1))))
+    table = [("", "a (reference)", "b", "basis", "score")]
+    for i in shown:
+        node, row = nodes[i], report[i]
+        parent = node.parent
+        if parent is not None:
+            position = next(k for k, child in enumerate(parent.children) if child is node)
+            for gap_at, layer_prefix, low, high in parent.pruned_layers():
+                if gap_at == position:
+                    span = f"{low}" if low == high else f"{low}–{high}"
+                    name = layer_prefix.rsplit(".", 1)[-1]
+                    table.append(("", "  " * node.depth + f"… {name} {span} pruned", "", "", ""))
+        match = comparison.match_of(node)
+        basis = ""
+        if match is not None:
+            bases = sorted({d.basis for d in match.diffs if d.basis})
+            basis = ",".join(bases)
+        name = "  " * node.depth + (relative_name(node) if node.parent is not None else node.module_path)
+        if node.call_index:
+            name += f" #{node.call_index + 1}"
+        b_name = row["b_path"] or ""
+        if b_name and "." in b_name:
+            b_name = b_name.split(".", 1)[1]
+        table.append((_MARKS.get(row["status"], row["status"]), name, b_name, basis, format_number(row["score"])))
+    widths = [max(len(r[k]) for r in table) for k in range(5)]
+    widths[1] = min(widths[1], 60)
+    widths[2] = min(widths[2], 50)
+    lines = []
+    for r in table:
+        cells = [r[0].ljust(widths[0]), _clip(r[1], widths[1]).ljust(widths[1]), _clip(r[2], widths[2]).ljust(widths[2]),
+                 r[3].ljust(widths[3]), r[4]]
+        lines.append("  ".join(cells).rstrip())
+    if start > 0:
+        lines.insert(1, f"… {start} calls before")
+    after = len(nodes) - (start + len(shown))
+    if after > 0:
+        lines.append(f"… {after} more calls (--rows N shows more)")
+    if comparison.unmatched_b:
+        names = ", ".join(n.module_path.split(".", 1)[-1] for n in comparison.unmatched_b[:5])
+        more = "…" if len(comparison.unmatched_b) > 5 else ""
+        lines.append(f"only in b ({len(comparison.unmatched_b)}): {names}{more}")
+    return "\n".join(lines)
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else "…" + text[-(width - 1):]
