@@ -183,6 +183,10 @@ def align(jroot: dict, croot: dict, prune: bool) -> dict[int, dict]:
     return mapping
 
 
+def _json_key(k: Any) -> str:
+    return next(iter(json.loads(json.dumps({k: 0}))))
+
+
 def lookup(struct: Any, keypath: tuple) -> Any:
     cur = struct
     for k in keypath:
@@ -191,8 +195,8 @@ def lookup(struct: Any, keypath: tuple) -> Any:
         elif isinstance(cur, dict):
             if k in cur:
                 cur = cur[k]
-            else:  # json turned a non-str key into str
-                matches = [v for kk, v in cur.items() if str(kk) == k]
+            else:  # json turned a non-str key (int, float, bool, None) into str
+                matches = [v for kk, v in cur.items() if _json_key(kk) == k]
                 if not matches:
                     raise KeyError(k)
                 cur = matches[0]

@@ -149,7 +149,7 @@ def run_one(impl: str, entry, out_dir: str, prune: bool, use_repr: bool) -> dict
     import torch
 
     ref_model, ref_args, ref_kwargs = entry.build()
-    with torch.no_grad():
+    with torch.no_grad(), entry.forward_context():
         ref_model(*ref_args, **ref_kwargs)
     baseline = snapshot_state(ref_model)
     del ref_model, ref_args, ref_kwargs
@@ -161,8 +161,9 @@ def run_one(impl: str, entry, out_dir: str, prune: bool, use_repr: bool) -> dict
     t0 = time.perf_counter()
     error = None
     try:
-        with ctx(model, debug_path=out_dir, do_prune_layers=prune, use_repr=use_repr):
-            model(*args, **kwargs)
+        with entry.forward_context():
+            with ctx(model, debug_path=out_dir, do_prune_layers=prune, use_repr=use_repr):
+                model(*args, **kwargs)
     except BaseException:  # noqa: BLE001 - reported, never swallowed silently
         error = traceback.format_exc()
     secs = time.perf_counter() - t0
@@ -245,7 +246,8 @@ def capture(entry, path: str) -> None:
         if name:
             wrap(sub, f"{cls}.{name}", top=False)
     wrap(model, cls, top=True)
-    model(*args, **kwargs)
+    with entry.forward_context():
+        model(*args, **kwargs)
     root = root_box["root"]
     torch.save({"model": entry.name, "class": cls, "root": root, "counts": counts}, path)
 
