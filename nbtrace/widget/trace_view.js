@@ -435,6 +435,9 @@ function render({ model, el: host }) {
         out.push(box);
       }
     }
+    if (p.kind === "summary" && d.tensors.length) {
+      out.push(el("div", "nbt-hint", "A SUMMARY trace holds no values: open the FULL file (same folder) for the printed values."));
+    }
     if (!d.outputs_recorded && d.children) {
       out.push(el("div", "nbt-hint", "Outputs are not recorded for calls with sub-calls (the file format keeps them for the innermost calls only): select a sub-call."));
     }

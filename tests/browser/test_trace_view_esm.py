@@ -230,6 +230,7 @@ def test_twenty_thousand_rows_render_only_the_window(page):
     target = row(page, "BigMoE.layers.321.mlp.experts.3.down_proj")
     expect(target).to_be_in_viewport()
     expect(page.locator(".nbt-detail .nbt-badge-nan")).to_be_visible()
+    expect(page.locator(".nbt-detail")).to_contain_text("A SUMMARY trace holds no values")
     page.locator(".nbt-tree").evaluate("t => { t.scrollTop = t.scrollHeight; }")
     expect(row(page, "BigMoE.lm_head")).to_be_visible()
     assert page.locator(".nbt-rows .nbt-row").count() < 80
