@@ -809,6 +809,25 @@ class IdReuseNet(nn.Module):
         return acc
 
 
+class PatchedForwardNet(nn.Module):
+    """A submodule whose forward was replaced on the instance (as accelerate's hooks or a user's monkeypatch
+    do): both tracers must call the patched forward, and leave that same function in place afterwards."""
+
+    def __init__(self, d: int = 8):
+        super().__init__()
+        self.inner = _Inner(d)
+        self.head = nn.Linear(d, 2)
+        orig = self.inner.forward
+
+        def patched(x):
+            return orig(x) * 10.0
+
+        self.inner.forward = patched
+
+    def forward(self, x):
+        return self.head(self.inner(x))
+
+
 def _plain(cls, make_inputs):
     def factory():
         return cls(), make_inputs
@@ -911,6 +930,8 @@ for _e in [
              description="the in-place model under torch.inference_mode() (no version counters)"),
     ZooEntry("llama_inference_mode", _llama, transformers=True, prunes=True, grad_mode="inference_mode",
              description="the llama entry under torch.inference_mode()"),
+    ZooEntry("patched_forward", _plain(PatchedForwardNet, _x(2, 8)),
+             description="a submodule's forward replaced on the instance (accelerate-style)"),
     ZooEntry("unused_children", _plain(UnusedChildrenNet, _x(2, 8)),
              description="module with children it never calls (outputs null)"),
     ZooEntry("value_kwarg", _plain(ValueKwargNet, _x(2, 3, 8)), value_kwarg=True,

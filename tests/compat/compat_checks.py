@@ -99,6 +99,36 @@ def strip_tensor_values(tree: dict) -> dict:
     return tree
 
 
+def describe_json_path(tree: dict, path: tuple) -> str:
+    """('children', 2, 'inputs', 'args', 0, 'value') -> "Cls.sub inputs['args'][0]['value']"."""
+    node, i = tree, 0
+    while i + 1 < len(path) and path[i] == "children" and isinstance(path[i + 1], int):
+        try:
+            node = node["children"][path[i + 1]]
+        except (KeyError, IndexError, TypeError):
+            break
+        i += 2
+    rest = path[i:]
+    where = (rest[0] if rest else "") + "".join(f"[{k!r}]" for k in rest[1:])
+    return f"{node.get('module_path', '?')} {where}".strip()
+
+
+def first_differences(a_bytes: bytes, b_bytes: bytes, limit: int = 8) -> str:
+    """The first differing places of two JSON trees, by module path (empty if either is not JSON)."""
+    try:
+        a, b = json.loads(a_bytes), json.loads(b_bytes)
+    except ValueError:
+        return ""
+    lines = []
+    for path, av, bv in json_diffs(a, b):
+        if len(lines) == limit:
+            lines.append("  ...")
+            break
+        short = lambda v: (repr(v)[:100] + "...") if len(repr(v)) > 100 else repr(v)  # noqa: E731
+        lines.append(f"  {describe_json_path(a, path)}: {short(av)} -> {short(bv)}")
+    return ("first differing places (transformers -> candidate):\n" + "\n".join(lines) + "\n") if lines else ""
+
+
 def unified_diff(a: bytes, b: bytes, a_name: str, b_name: str, max_lines: int = MAX_DIFF_LINES) -> str:
     """A unified diff cut after ``max_lines`` differing lines, with a count of the rest."""
     a_lines = a.decode("utf-8", "replace").splitlines()
@@ -307,7 +337,8 @@ def compare_run(a_dir: str, b_dir: str, cls: str, use_repr: bool, capture: dict 
     # ---- FULL json ---------------------------------------------------------------------------------------
     if a_full_b != b_full_b:
         header = f"{full_name} differs ({'use_repr=True' if use_repr else 'use_repr=False'}):\n"
-        diff = unified_diff(a_full_b, b_full_b, f"transformers/{full_name}", f"{candidate}/{full_name}")
+        diff = first_differences(a_full_b, b_full_b) + unified_diff(
+            a_full_b, b_full_b, f"transformers/{full_name}", f"{candidate}/{full_name}")
         if use_repr or candidate != "nbtrace":
             res.failures.append(header + diff)
         else:
@@ -333,6 +364,7 @@ def compare_run(a_dir: str, b_dir: str, cls: str, use_repr: bool, capture: dict 
             note = "\n(the candidate's SUMMARY equals transformers' byte for byte: it strips non-tensor 'value' keys)"
         res.failures.append(
             f"{sum_name} differs from {what}:{note}\n"
+            + first_differences(expected, b_sum_b)
             + unified_diff(expected, b_sum_b, f"expected/{sum_name}", f"{candidate}/{sum_name}")
         )
     elif kept and candidate == "nbtrace":

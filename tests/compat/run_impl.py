@@ -104,7 +104,8 @@ def snapshot_state(model) -> dict:
             for name in ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
                          "_global_module_registration_hooks")
         },
-        "forward_in_dict": sorted(n or "<root>" for n, m in model.named_modules() if "forward" in m.__dict__),
+        "forward_in_dict": {n or "<root>": id(m.__dict__["forward"]) for n, m in model.named_modules()
+                            if "forward" in m.__dict__},
         "module_hooks": {
             n or "<root>": [len(m._forward_hooks), len(m._forward_pre_hooks)]
             for n, m in model.named_modules() if m._forward_hooks or m._forward_pre_hooks
@@ -126,9 +127,16 @@ def state_problems(before: dict, after: dict, baseline: dict) -> tuple[list[str]
         problems.append(f"default dtype changed: {before['default_dtype']} -> {after['default_dtype']}")
     if before["global_hooks"] != after["global_hooks"]:
         problems.append(f"global module hooks left behind: {before['global_hooks']} -> {after['global_hooks']}")
-    new_fwd = sorted(set(after["forward_in_dict"]) - set(before["forward_in_dict"]))
+    fb, fa = before["forward_in_dict"], after["forward_in_dict"]
+    new_fwd = sorted(set(fa) - set(fb))
     if new_fwd:
         problems.append(f"'forward' left in __dict__ of {len(new_fwd)} module(s): {new_fwd[:8]}")
+    lost = sorted(set(fb) - set(fa))
+    if lost:
+        problems.append(f"the model's own instance 'forward' removed from {lost[:8]}")
+    swapped = sorted(n for n in set(fa) & set(fb) if fa[n] != fb[n])
+    if swapped:
+        problems.append(f"the model's own instance 'forward' replaced on {swapped[:8]}")
     new_hooks = sorted(n for n, c in after["module_hooks"].items() if c != baseline["module_hooks"].get(n))
     if new_hooks:
         problems.append(f"forward hooks left on {len(new_hooks)} module(s) (beyond those a plain forward "

@@ -259,10 +259,13 @@ def test_state_problems():
     import run_impl
 
     base = {"print_opts": {"sci_mode": None}, "grad_enabled": True, "default_dtype": "torch.float32",
-            "global_hooks": {}, "forward_in_dict": [], "module_hooks": {"x": [1, 0]}, "model_attrs": ["a"]}
+            "global_hooks": {}, "forward_in_dict": {"p": 1, "q": 2}, "module_hooks": {"x": [1, 0]},
+            "model_attrs": ["a"]}
     after = json.loads(json.dumps(base))
     assert run_impl.state_problems(base, after, base) == ([], [])
-    after.update(print_opts={"sci_mode": True}, forward_in_dict=["<root>"], module_hooks={"x": [1, 0], "y": [1, 0]},
-                 model_attrs=["a", "_call_tree"])
+    after.update(print_opts={"sci_mode": True}, forward_in_dict={"<root>": 5, "q": 3},
+                 module_hooks={"x": [1, 0], "y": [1, 0]}, model_attrs=["a", "_call_tree"])
     problems, notes = run_impl.state_problems(base, after, base)
-    assert len(problems) == 3 and "print options" in problems[0] and "_call_tree" in notes[0]
+    assert len(problems) == 5 and "print options" in problems[0] and "_call_tree" in notes[0]
+    text = "\n".join(problems)
+    assert "left in __dict__" in text and "removed from ['p']" in text and "replaced on ['q']" in text
