@@ -79,6 +79,7 @@ class Recorder:
     def call_module(
         self, path: str, has_children: bool, forward: Callable, args: tuple, kwargs: dict[str, Any]
     ) -> Any:
+        __tracebackhide__ = True
         run = self._run
         if run is None:  # called outside the traced model's forward: not recorded
             with torch.no_grad():
@@ -102,6 +103,7 @@ class Recorder:
 
     # -- the top-level forward -----------------------------------------------
     def call_top(self, forward: Callable, args: tuple, kwargs: dict[str, Any]) -> Any:
+        __tracebackhide__ = True
         if self._run is not None:  # the model re-entered its own forward: record it as a call
             return self.call_module(self.class_name, True, forward, args, kwargs)
         self._begin_forward()
@@ -266,6 +268,7 @@ def _wrap_module(recorder: Recorder, path: str, has_children: bool) -> Callable[
     def make(forward: Callable) -> Callable:
         @functools.wraps(forward)
         def traced_forward(*args: Any, **kwargs: Any) -> Any:
+            __tracebackhide__ = True  # IPython and pytest leave these frames out of tracebacks
             return recorder.call_module(path, has_children, forward, args, kwargs)
 
         return traced_forward
@@ -277,6 +280,7 @@ def _wrap_top(recorder: Recorder) -> Callable[[Callable], Callable]:
     def make(forward: Callable) -> Callable:
         @functools.wraps(forward)
         def traced_top_forward(*args: Any, **kwargs: Any) -> Any:
+            __tracebackhide__ = True
             return recorder.call_top(forward, args, kwargs)
 
         return traced_top_forward
@@ -287,6 +291,7 @@ def _wrap_top(recorder: Recorder) -> Callable[[Callable], Callable]:
 def _wrap_top_no_grad(forward: Callable) -> Callable:
     @functools.wraps(forward)
     def untraced_top_forward(*args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True
         with torch.no_grad():
             return forward(*args, **kwargs)
 
