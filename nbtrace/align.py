@@ -172,9 +172,11 @@ class _Features:
 
 
 def _rounded(tensor) -> tuple | None:
-    if tensor is None or tensor.mean is None:
+    """The stat strings of a tensor (equal strings: equal values to 5 digits), or None without stats."""
+    if tensor is None or not tensor.stats:
         return None
-    return tuple(None if v is None else float(f"{v:.3e}") for v in (tensor.mean, tensor.std, tensor.min, tensor.max))
+    stats = tensor.stats
+    return (stats.get("mean"), stats.get("std"), stats.get("min"), stats.get("max"))
 
 
 def pair_score(x: _Features, y: _Features) -> float | None:
@@ -252,6 +254,57 @@ def _match_segments(seg_a, seg_b) -> list[tuple[list[_Features], list[_Features]
     keys_a = [key for key, _ in seg_a]
     keys_b = [key for key, _ in seg_b]
     n, m = len(keys_a), len(keys_b)
+    if keys_a == keys_b:
+        return [(part_a, part_b) for (_, part_a), (_, part_b) in zip(seg_a, seg_b)]
+    anchors = _unique_anchors(keys_a, keys_b)
+    if anchors is None:
+        anchors = _lcs_anchors(keys_a, keys_b)
+    runs = []
+    start_a = start_b = 0
+    for i, j in anchors + [(n, m)]:
+        between_a = [f for _, part in seg_a[start_a:i] for f in part]
+        between_b = [f for _, part in seg_b[start_b:j] for f in part]
+        if between_a or between_b:
+            runs.append((between_a, between_b))
+        if i < n and j < m:
+            runs.append((seg_a[i][1], seg_b[j][1]))
+        start_a, start_b = i + 1, j + 1
+    return runs
+
+
+def _unique_anchors(keys_a: list, keys_b: list) -> list[tuple[int, int]] | None:
+    """Anchors when every layer number occurs once per side: the longest increasing run (patience)."""
+    numbered_a = [k for k in keys_a if k is not None]
+    numbered_b = [k for k in keys_b if k is not None]
+    if len(set(numbered_a)) != len(numbered_a) or len(set(numbered_b)) != len(numbered_b):
+        return None
+    where_b = {k: j for j, k in enumerate(keys_b) if k is not None}
+    pairs = [(i, where_b[k]) for i, k in enumerate(keys_a) if k is not None and k in where_b]
+    # longest increasing subsequence of b positions, O(n log n)
+    import bisect
+
+    tails: list[int] = []
+    tail_at: list[int] = []
+    previous = [-1] * len(pairs)
+    for index, (_, j) in enumerate(pairs):
+        spot = bisect.bisect_left(tails, j)
+        if spot == len(tails):
+            tails.append(j)
+            tail_at.append(index)
+        else:
+            tails[spot] = j
+            tail_at[spot] = index
+        previous[index] = tail_at[spot - 1] if spot > 0 else -1
+    chain = []
+    index = tail_at[-1] if tail_at else -1
+    while index >= 0:
+        chain.append(pairs[index])
+        index = previous[index]
+    return chain[::-1]
+
+
+def _lcs_anchors(keys_a: list, keys_b: list) -> list[tuple[int, int]]:
+    n, m = len(keys_a), len(keys_b)
     table = [[0] * (m + 1) for _ in range(n + 1)]
     for i in range(n - 1, -1, -1):
         row, below = table[i], table[i + 1]
@@ -271,17 +324,7 @@ def _match_segments(seg_a, seg_b) -> list[tuple[list[_Features], list[_Features]
             i += 1
         else:
             j += 1
-    runs = []
-    start_a = start_b = 0
-    for i, j in anchors + [(n, m)]:
-        between_a = [f for _, part in seg_a[start_a:i] for f in part]
-        between_b = [f for _, part in seg_b[start_b:j] for f in part]
-        if between_a or between_b:
-            runs.append((between_a, between_b))
-        if i < n and j < m:
-            runs.append((seg_a[i][1], seg_b[j][1]))
-        start_a, start_b = i + 1, j + 1
-    return runs
+    return anchors
 
 
 def _align_run(fa: list[_Features], fb: list[_Features]) -> list[tuple[Node, Node]]:

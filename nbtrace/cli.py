@@ -101,7 +101,12 @@ def _diff(args: argparse.Namespace) -> int:
     rename = read_rename(args.rename) if args.rename else None
     a = load_trace(args.a)
     b = load_trace(args.b)
-    comparison = compare(a, b, rename=rename, rtol=args.rtol, atol=args.atol)
+    if args.ignore is not None:
+        try:
+            re.compile(args.ignore)
+        except re.error as exc:
+            raise InputError("--ignore", f"bad regular expression {args.ignore!r}: {exc}") from None
+    comparison = compare(a, b, rename=rename, rtol=args.rtol, atol=args.atol, ignore=args.ignore)
     print(comparison.summary())
     print()
     print(format_comparison_table(comparison, rows=args.rows))
@@ -186,6 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     diff.add_argument("--rtol", type=float, default=None, help="relative tolerance (default: by dtype)")
     diff.add_argument("--atol", type=float, default=None, help="absolute tolerance (default: by dtype)")
+    diff.add_argument("--ignore", metavar="REGEX", help="do not compare tensors whose argument name matches")
     diff.add_argument("--rows", type=int, default=30, help="table rows to print (default: 30)")
     diff.set_defaults(run=_diff)
 

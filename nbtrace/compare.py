@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -114,7 +115,9 @@ class FirstDivergence:
 class Comparison:
     """The comparison of trace ``b`` against the reference ``a``; see ``nbtrace.compare``."""
 
-    def __init__(self, a: Trace, b: Trace, alignment: Alignment, matches: list[Match], rtol, atol, rename) -> None:
+    def __init__(
+        self, a: Trace, b: Trace, alignment: Alignment, matches: list[Match], rtol, atol, rename, ignore=None
+    ) -> None:
         self.a = a
         self.b = b
         self.alignment = alignment
@@ -122,6 +125,7 @@ class Comparison:
         self.rtol = rtol
         self.atol = atol
         self.rename = dict(rename) if rename is not None else None
+        self.ignore = ignore
         self._by_a = {id(m.a): m for m in matches}
         self._pruned_a = {id(n) for n in alignment.pruned_a}
         self.first_divergence: FirstDivergence | None = _first_divergence(self)
@@ -204,6 +208,7 @@ def compare(
     rename: Mapping[str, str] | None = None,
     rtol: float | None = None,
     atol: float | None = None,
+    ignore: str | None = None,
 ) -> Comparison:
     """Compare trace ``b`` against the reference ``a``.
 
@@ -211,18 +216,31 @@ def compare(
     regular expressions to replacements applied to b's module paths (root class
     name included) to pair calls by path; without it calls pair up by call order,
     shapes and dtypes. ``rtol``/``atol`` override the per-dtype defaults of
-    ``nbtrace.metrics`` (for printed values and stats ``rtol`` is never below
-    their 5-digit precision). Returns a Comparison; ``.first_divergence`` is None
-    when they agree.
+    ``nbtrace.metrics`` (printed values and stats always allow one unit of their
+    last digit). ``ignore`` is a regex: tensors whose argument name
+    (``kwargs.attention_mask``, on either side) matches are not compared. Returns
+    a Comparison; ``.first_divergence`` is None when they agree.
     """
     a = load_trace(a)
     b = load_trace(b)
     alignment = align(a, b, rename)
-    matches = [Match(x, y, compare_calls(x, y, rtol, atol)) for x, y in alignment.pairs]
-    return Comparison(a, b, alignment, matches, rtol, atol, rename)
+    skip = _compile_ignore(ignore)
+    matches = [Match(x, y, compare_calls(x, y, rtol, atol, skip)) for x, y in alignment.pairs]
+    return Comparison(a, b, alignment, matches, rtol, atol, rename, ignore)
 
 
-def compare_calls(x: Node, y: Node, rtol: float | None, atol: float | None) -> list[TensorDiff]:
+def _compile_ignore(ignore: str | None) -> re.Pattern[str] | None:
+    if ignore is None:
+        return None
+    try:
+        return re.compile(ignore)
+    except re.error as exc:
+        raise ValueError(f"ignore: bad regular expression {ignore!r}: {exc}") from None
+
+
+def compare_calls(
+    x: Node, y: Node, rtol: float | None, atol: float | None, ignore: re.Pattern[str] | None = None
+) -> list[TensorDiff]:
     """Pair the tensors of two calls (inputs with inputs, outputs with outputs) and compare each pair.
 
     Tensors pair by argument name when shapes agree, else by shape in order,
@@ -232,8 +250,8 @@ def compare_calls(x: Node, y: Node, rtol: float | None, atol: float | None) -> l
     diffs = []
     tensors_x, tensors_y = x.tensors(), y.tensors()
     for io in ("input", "output"):
-        mine = [(arg, t) for kind, arg, t in tensors_x if kind == io]
-        theirs = [(arg, t) for kind, arg, t in tensors_y if kind == io]
+        mine = [(arg, t) for kind, arg, t in tensors_x if kind == io and not (ignore and ignore.search(arg))]
+        theirs = [(arg, t) for kind, arg, t in tensors_y if kind == io and not (ignore and ignore.search(arg))]
         used: set[int] = set()
         for arg, tensor in mine:
             pick = _pick(arg, tensor, theirs, used, io)

@@ -25,6 +25,7 @@ integers and bools must be equal): see ``TOLERANCE``.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass, field
@@ -239,6 +240,9 @@ def _stats(result: TensorDiff, a: TensorValue, b: TensorValue) -> bool:
             ok = ok and same
             continue
         delta = abs(x - y)
+        if delta == 0:
+            result.stat_diffs[name] = 0.0
+            continue
         unit = max(_stat_ulp(a.stats.get(name)), _stat_ulp(b.stats.get(name)))
         size = max(scale, abs(x))
         result.stat_diffs[name] = _ratio(delta, size)
@@ -259,6 +263,7 @@ def _ulp(match: re.Match[str]) -> float:
     return 10.0 ** ((int(exponent) if exponent else 0) - (len(decimals) if decimals else 0))
 
 
+@functools.lru_cache(maxsize=4096)
 def _stat_ulp(text: str | None) -> float:
     if not text:
         return 0.0

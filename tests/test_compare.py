@@ -222,3 +222,28 @@ def test_compare_stays_a_function_after_importing_its_module():
     importlib.import_module("nbtrace.compare")
     assert callable(nbtrace.compare) and nbtrace.compare.__name__ == "compare"
     assert nbtrace.Comparison is Comparison
+
+
+def _leaf_tree(root: str, mask_min: str) -> dict:
+    def rec(value: str, shape=(2, 4)):
+        return {"shape": f"torch.Size({list(shape)})", "dtype": "torch.float32",
+                "value": [f"tensor([[{value}]])"], "mean": f"tensor({value})", "std": "tensor(0.0000e+00)",
+                "min": f"tensor({value})", "max": f"tensor({value})"}
+
+    x, out = rec("1.0000e+00", (2, 3)), rec("2.0000e+00", (2, 3))
+    return {"module_path": root, "inputs": {"args": [x]}, "children": [
+        {"module_path": f"{root}.attn", "inputs": {"args": [x], "kwargs": {"attention_mask": rec(mask_min)}},
+         "outputs": out},
+    ]}
+
+
+def test_ignore_skips_representation_differences():
+    a = nbtrace.Trace.from_tree(_leaf_tree("Orig", "-3.4028e+38"))
+    b = nbtrace.Trace.from_tree(_leaf_tree("Port", "-inf"))
+    strict = nbtrace.compare(a, b)
+    assert strict.first_divergence.module_path == "Orig"  # its own code built a different mask
+    assert strict.first_divergence.arg == "kwargs.attention_mask"
+    relaxed = nbtrace.compare(a, b, ignore=r"mask")
+    assert relaxed.agree and relaxed.first_divergence is None
+    with pytest.raises(ValueError, match="ignore"):
+        nbtrace.compare(a, b, ignore="(")
