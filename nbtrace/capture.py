@@ -85,7 +85,8 @@ class Recorder:
             with torch.no_grad():
                 return forward(*args, **kwargs)
         count = run.calls[path] = run.calls.get(path, 0) + 1
-        base = path if count == 1 else f"{path}_call{count}"
+        # Later calls get "@n": a first call's file name (transformers' name) never contains it.
+        base = path if count == 1 else f"{path}@{count}"
         inputs = {key: part for key, part in (("args", args), ("kwargs", kwargs)) if len(part) > 0}
         node = run.open(path, inputs, f"{base}_inputs")
         try:

@@ -78,12 +78,14 @@ class Serializer:
     def tensor(self, tensor: torch.Tensor, name: str) -> dict[str, Any]:
         """The record of one tensor. Never raises for odd tensors: it degrades instead.
 
-        A tensor seen earlier in this forward (the same object, unchanged since:
-        same ``_version``) reuses its printed lines and stats, and in safetensors
-        mode its file (hard-linked under the new name).
+        A tensor seen earlier in this forward reuses its printed lines and stats,
+        and in safetensors mode its file (hard-linked under the new name), when
+        it is provably unchanged: the same object, the same ``_version``, the same
+        data pointer, and the same checksum of its bits (writes through
+        ``.data`` or numpy bypass the version counter).
         """
         seen = self._seen.get(id(tensor))
-        if seen is not None and (seen.ref() is not tensor or seen.version != tensor._version):
+        if seen is not None and not seen.unchanged(tensor):
             seen = None
         if seen is None:
             seen = self._describe(tensor)
@@ -110,6 +112,8 @@ class Serializer:
         if fast and not tensor.is_inference():
             seen.ref = weakref.ref(tensor)
             seen.version = tensor._version
+            seen.pointer = tensor.data_ptr()
+            seen.checksum = checksum(tensor)
             self._seen[id(tensor)] = seen
         return seen
 
@@ -136,7 +140,7 @@ class Serializer:
 class _Seen:
     """What one tensor serialized to, kept to reuse when the same tensor comes back."""
 
-    __slots__ = ("shape", "dtype", "stats", "lines", "file", "ref", "version")
+    __slots__ = ("shape", "dtype", "stats", "lines", "file", "ref", "version", "pointer", "checksum")
 
     def __init__(self, shape: str, dtype: str) -> None:
         self.shape = shape
@@ -146,6 +150,28 @@ class _Seen:
         self.file: str | None = None
         self.ref: Callable[[], Any] | None = None
         self.version = -1
+        self.pointer = 0
+        self.checksum = 0
+
+    def unchanged(self, tensor: torch.Tensor) -> bool:
+        """True when ``tensor`` is the very tensor described, with the same content."""
+        return (
+            self.ref is not None
+            and self.ref() is tensor
+            and self.version == tensor._version
+            and self.pointer == tensor.data_ptr()
+            and self.checksum == checksum(tensor)
+        )
+
+
+_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def checksum(tensor: torch.Tensor) -> int:
+    """The sum of a tensor's bits as integers: changes when any value changes (short of contrived swaps)."""
+    if tensor.numel() == 0:
+        return 0
+    return int(tensor.view(_BITS[tensor.element_size()]).sum())
 
 
 def _slow_stats(tensor: torch.Tensor) -> dict[str, str]:

@@ -26,6 +26,8 @@ class InPlace(nn.Module):
         h = self.lin(x)
         self.relu(h)  # changes h in place: lin's recorded output must not change
         self.scale(h)  # again, through a view
+        self.relu(h)
+        h.data.add_(1)  # and behind autograd's back: the version counter does not move
         return self.out(h), h
 
 
@@ -71,3 +73,4 @@ def test_in_place_changes_after_a_module_returns_do_not_leak_into_its_record(tmp
     assert torch.equal(rec.trace["InPlace.lin"].outputs.load(), expected)
     assert torch.equal(rec.trace["InPlace.relu"].outputs.load(), expected.relu())
     assert torch.equal(rec.trace["InPlace.scale"].inputs["args"][0].load(), expected.relu())
+    assert torch.equal(rec.trace["InPlace.out"].inputs["args"][0].load(), expected.relu() * 3 + 1)
