@@ -30,7 +30,7 @@ from .trace import Node, Trace
 
 _GAP = 1.0  # cost of leaving one call unmatched
 _MIN_SCORE = 3.0  # weaker pairs are never matched
-_FULL_DP_CELLS = 4_000_000  # above this, a segment is aligned greedily (see _greedy)
+_FULL_DP_CELLS = 1_000_000  # above this, a segment is aligned greedily (see _greedy)
 _TOKEN = re.compile(r"[A-Za-z]+")
 
 
@@ -158,17 +158,19 @@ class _Features:
         self.name = node.name if node.parent is not None else ""
         self.tokens = frozenset(tok.lower() for tok in _TOKEN.findall(self.name))
         self.rel_path = node.module_path.split(".", 1)[1] if "." in node.module_path else ""
-        self.passthrough = (
-            self.leaf
-            and len(ins) == 1
-            and len(outs) == 1
-            and ins[0].shape == outs[0].shape
-            and ins[0].dtype == outs[0].dtype
-            and ((bool(ins[0].stats) and ins[0].stats == outs[0].stats) or (ins[0].value is not None and ins[0].value == outs[0].value and ins[0].ref is None))
-        )
+        self.passthrough = self.leaf and len(ins) == 1 and len(outs) == 1 and _same_values(ins[0], outs[0])
         self.out_stats = tuple(_rounded(t) for t in outs)
         self.in_stats = _rounded(first) if first is not None else None
         self.key = (self.leaf, self.out_shapes, self.ins, self.numbers, self.name)
+
+
+def _same_values(x, y) -> bool:
+    """True when a call's output evidently is its input (an identity, a dropout in eval mode)."""
+    if x.shape != y.shape or x.dtype != y.dtype:
+        return False
+    if x.stats:
+        return x.stats == y.stats
+    return x.lines is not None and x.lines == y.lines
 
 
 def _rounded(tensor) -> tuple | None:

@@ -548,7 +548,9 @@ def _node_report(comparison: Comparison) -> list[dict[str, Any]]:
             continue
         verdict = match.verdict()
         status = "diverged" if verdict is False else "match" if verdict else "no_data"
-        rows.append({"module_path": node.module_path, "status": status, "b_path": match.b.module_path, "score": match.score})
+        rows.append(
+            {"module_path": node.module_path, "status": status, "b_path": match.b.module_path, "score": match.score}
+        )
     position = {id(node): i for i, node in enumerate(nodes)}
     for i in range(len(nodes) - 1, -1, -1):  # a call with a diverged call inside is diverged too
         node = nodes[i]

@@ -40,6 +40,10 @@ COLUMNS = (
     "ok",
 )
 
+_FLOATS = frozenset(
+    ("max_abs", "max_rel", "cosine", "mean_diff", "std_diff", "min_diff", "max_diff", "score", "rtol", "atol")
+)
+
 
 def comparison_frame(comparison: Comparison) -> pandas.DataFrame:
     """The rows of ``Comparison.to_dataframe()``.
@@ -106,7 +110,7 @@ def comparison_frame(comparison: Comparison) -> pandas.DataFrame:
     data = {}
     for name in COLUMNS:
         values = rows[name]
-        if name in ("max_abs", "max_rel", "cosine", "mean_diff", "std_diff", "min_diff", "max_diff", "score", "rtol", "atol"):
+        if name in _FLOATS:
             data[name] = np.asarray([math.nan if v is None else v for v in values], dtype=np.float64)
         elif name in ("node", "layer", "call_index"):
             data[name] = pd.array(values, dtype="Int64")

@@ -29,7 +29,9 @@ def comparison_html(comparison: Comparison, max_rows: int = 300) -> str:
     if first is not None:
         verdict = _divergence_html(first)
     elif comparison.agree:
-        verdict = f'<div style="color:{_GOOD};font-weight:bold">✓ agree: every compared tensor is within tolerance</div>'
+        verdict = (
+            f'<div style="color:{_GOOD};font-weight:bold">✓ agree: every compared tensor is within tolerance</div>'
+        )
     else:
         verdict = f'<div style="color:{_WARN};font-weight:bold">nothing could be compared</div>'
     statuses = [row["status"] for row in comparison.node_report()]
@@ -58,7 +60,8 @@ def _divergence_html(first: FirstDivergence) -> str:
     rows = "".join(
         f'<tr><td style="{_CELL}">{escape(d.io)}</td><td style="{_CELL}">{escape(d.arg)}</td>'
         f'<td style="{_CELL}">{escape(d.b_arg)}</td><td style="{_CELL}">{escape(str(list(d.shape)))}</td>'
-        f'<td style="{_CELL}">{escape(d.basis or "-")}</td><td style="{_CELL}">{_num(d.score) if d.score is not None else "-"}</td>'
+        f'<td style="{_CELL}">{escape(d.basis or "-")}</td>'
+        f'<td style="{_CELL}">{_num(d.score) if d.score is not None else "-"}</td>'
         f'<td style="{_CELL};color:{_GOOD if d.ok else _BAD if d.ok is False else _MUTED}">'
         f'{"ok" if d.ok else "differs" if d.ok is False else "-"}</td></tr>'
         for d in first.diffs
@@ -72,7 +75,8 @@ def _divergence_html(first: FirstDivergence) -> str:
         f'<table style="border-collapse:collapse;font-family:monospace"><thead><tr>{head}</tr></thead>'
         f"<tbody>{rows}</tbody></table>"
     )
-    return f'<div style="margin:4px 0;padding:4px 6px;border:1px solid {_BAD};border-radius:3px">{"".join(lines)}{table}</div>'
+    box = f"margin:4px 0;padding:4px 6px;border:1px solid {_BAD};border-radius:3px"
+    return f'<div style="{box}">{"".join(lines)}{table}</div>'
 
 
 def _tree(comparison: Comparison, statuses: list[str], max_rows: int) -> str:

@@ -56,7 +56,8 @@ def to_dataframe(trace: Trace | str | os.PathLike) -> pandas.DataFrame:
     cols: dict[str, list] = {name: [] for name in COLUMNS}
     node_col, path_col, name_col = cols["node"], cols["module_path"], cols["name"]
     depth_col, call_col, layer_col, leaf_col = cols["depth"], cols["call_index"], cols["layer"], cols["leaf"]
-    io_col, arg_col, shape_col, dtype_col, numel_col = cols["io"], cols["arg"], cols["shape"], cols["dtype"], cols["numel"]
+    io_col, arg_col, shape_col = cols["io"], cols["arg"], cols["shape"]
+    dtype_col, numel_col = cols["dtype"], cols["numel"]
     mean_col, std_col, min_col, max_col = cols["mean"], cols["std"], cols["min"], cols["max"]
     nan = math.nan
     dtype_names: dict[str, str] = {}

@@ -170,7 +170,9 @@ def _scale(ax: Axes, values: list[float], scales: list[float], log: bool | None)
         ax.set_yscale("symlog", linthresh=linthresh)
 
 
-def _labels(ax: Axes, trace: Trace, table: pandas.DataFrame, stat: str, where: str | None, io: str, title: str | None) -> None:
+def _labels(
+    ax: Axes, trace: Trace, table: pandas.DataFrame, stat: str, where: str | None, io: str, title: str | None
+) -> None:
     what = "mean ± std" if stat == "mean" else stat
     if title is None:
         if where is None:
@@ -180,7 +182,9 @@ def _labels(ax: Axes, trace: Trace, table: pandas.DataFrame, stat: str, where: s
             subject = series[0] if len(series) == 1 else f"calls matching {where}"
             title = f"{trace.model_name}: {what} of {subject} ({io}s)"
     ax.set_title(title)
-    by_layer = not table.empty and not table["layer"].isna().any() and (table["x"] == table["layer"].astype(float)).all()
+    by_layer = (
+        not table.empty and not table["layer"].isna().any() and (table["x"] == table["layer"].astype(float)).all()
+    )
     ax.set_xlabel("layer" if by_layer or where is None else "call (in call order)")
     ax.set_ylabel("activation value" if stat in ("mean", "min", "max") else f"activation {stat}")
     if not table.empty and not by_layer:

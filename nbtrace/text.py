@@ -146,8 +146,13 @@ def format_comparison_table(comparison, rows: int = 30) -> str:
     widths[2] = min(widths[2], 50)
     lines = []
     for r in table:
-        cells = [r[0].ljust(widths[0]), _clip(r[1], widths[1]).ljust(widths[1]), _clip(r[2], widths[2]).ljust(widths[2]),
-                 r[3].ljust(widths[3]), r[4]]
+        cells = [
+            r[0].ljust(widths[0]),
+            _clip(r[1], widths[1]).ljust(widths[1]),
+            _clip(r[2], widths[2]).ljust(widths[2]),
+            r[3].ljust(widths[3]),
+            r[4],
+        ]
         lines.append("  ".join(cells).rstrip())
     if start > 0:
         lines.insert(1, f"… {start} calls before")
