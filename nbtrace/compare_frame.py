@@ -52,9 +52,9 @@ def comparison_frame(comparison: Comparison) -> pandas.DataFrame:
     of b without counterpart); ``*_diff`` are the relative stat differences; ``ok``
     is a nullable boolean (``<NA>`` when nothing could be compared).
     """
-    import numpy as np
-    import pandas as pd
+    from .frame import require_pandas
 
+    np, pd = require_pandas("Comparison.to_dataframe")
     report = comparison.node_report()
     nodes = comparison.a.nodes()
     rows: dict[str, list] = {name: [] for name in COLUMNS}

@@ -33,6 +33,16 @@ COLUMNS = (
 )
 
 
+def require_pandas(what: str):
+    """``(numpy, pandas)``, or an ImportError that says how to install them."""
+    try:
+        import numpy as np
+        import pandas as pd
+    except ImportError:
+        raise ImportError(f"{what} needs pandas: pip install 'nbtrace[notebook]'") from None
+    return np, pd
+
+
 def to_dataframe(trace: Trace | str | os.PathLike) -> pandas.DataFrame:
     """One row per recorded tensor: module call × input/output × argument.
 
@@ -49,9 +59,7 @@ def to_dataframe(trace: Trace | str | os.PathLike) -> pandas.DataFrame:
     - ``mean``, ``std``, ``min``, ``max``: float64 parsed from the format's stat strings,
       NaN where the format writes none (integer and bool tensors).
     """
-    import numpy as np
-    import pandas as pd
-
+    np, pd = require_pandas("nbtrace.to_dataframe")
     trace = load_trace(trace)
     cols: dict[str, list] = {name: [] for name in COLUMNS}
     node_col, path_col, name_col = cols["node"], cols["module_path"], cols["name"]

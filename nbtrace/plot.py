@@ -53,7 +53,10 @@ def plot_stats(
     if second is not None:
         tables.append((second, stats_table(second, where=compare_where or where, io=io), compare_label))
     if ax is None:
-        import matplotlib.pyplot as plt
+        try:
+            import matplotlib.pyplot as plt
+        except ImportError:
+            raise ImportError("nbtrace.plot_stats needs matplotlib: pip install 'nbtrace[notebook]'") from None
 
         ax = plt.gca()
     names = _legend_names([trace for trace, _, _ in tables], [given for _, _, given in tables])

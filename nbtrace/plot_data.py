@@ -48,9 +48,9 @@ def stats_table(trace: Trace | str | os.PathLike, *, where: str | None = None, i
     tensor was read), ``arg``, ``mean``, ``std``, ``min``, ``max``, ``absmax``
     (float64, NaN where the format has no stats).
     """
-    import numpy as np
-    import pandas as pd
+    from .frame import require_pandas
 
+    np, pd = require_pandas("nbtrace.plot_stats")
     if io not in ("input", "output"):
         raise ValueError(f"io must be 'input' or 'output', got {io!r}")
     trace = load_trace(trace)
