@@ -324,8 +324,9 @@ def _first_divergence(comparison: Comparison) -> FirstDivergence | None:
     seen = event.node
     gap = None
     if event.io == "output":
-        culprit = seen if good >= spans[id(seen)][0] or not seen.children else _innermost(events, good, bad)
-        how = "leaf" if culprit is seen else "inside"
+        checked = good >= spans[id(seen)][0]
+        culprit = seen if checked or not seen.children else _innermost(events, good, bad)
+        how = "inside" if culprit is not seen else "leaf" if checked else "leaf, inputs unchecked"
     else:
         sibling, gap = _previous_sibling(seen)
         if (
@@ -489,6 +490,11 @@ def _reason(div: FirstDivergence, how: str, seen: Node, culprit: Node) -> str:
         return "the inputs given to the two models differ"
     if how == "leaf":
         return f"its inputs agree and its outputs differ ({div.arg})"
+    if how == "leaf, inputs unchecked":
+        return (
+            f"its outputs differ ({div.arg}) while everything before agrees; its inputs could not be compared "
+            f"(no counterpart with data in b), so the difference may also come from the code that made them"
+        )
     if how == "sibling":
         return (
             f"everything recorded inside it agrees, but its output — the {where} ({div.arg}), the next call — "

@@ -247,3 +247,20 @@ def test_ignore_skips_representation_differences():
     assert relaxed.agree and relaxed.first_divergence is None
     with pytest.raises(ValueError, match="ignore"):
         nbtrace.compare(a, b, ignore="(")
+
+
+def test_leaf_whose_inputs_cannot_be_compared(tmp_path):
+    """SUMMARY files carry no stats for integer ids: the embedding's inputs are unchecked, it is still named."""
+
+    def scale(model):
+        with torch.no_grad():
+            model.embed_tokens.weight.mul_(1.5)
+
+    a = _demo(tmp_path / "a")
+    b = _demo(tmp_path / "b", edit=scale)
+    summary = "DemoLM_debug_tree_SUMMARY.json"
+    first = nbtrace.compare(a.source.parent / summary, b.source.parent / summary).first_divergence
+    assert first.module_path == "DemoLM.embed_tokens" and first.basis == "stats"
+    assert "could not be compared" in first.reason
+    printed = nbtrace.compare(a, b).first_divergence  # printed ids are compared: the inputs agree
+    assert printed.module_path == "DemoLM.embed_tokens" and "inputs agree" in printed.reason
