@@ -63,11 +63,16 @@ def plot_stats(
     drawn: list[float] = []
     scales: list[float] = []
     gaps: set[tuple[float, float]] = set()
+    # one series per trace: a colour per trace; several: a colour per series, the traces told apart by line style
+    several = any(table["series"].nunique() > 1 for _, table, _ in tables)
+    series_names = list(dict.fromkeys(s for _, table, _ in tables for s in table["series"]))
+    by_series = {s: f"C{i % 10}" for i, s in enumerate(series_names)} if several else None
     colours = _colours(len(tables))
     for (trace, table, _), name, colour in zip(tables, names, colours):
         if table.empty:
             continue
-        found = _draw(ax, table, name, colour, stat, minmax, dashed=len(tables) > 1 and trace is second)
+        palette = by_series or {s: colour for s in table["series"]}
+        found = _draw(ax, table, name, palette, stat, minmax, dashed=len(tables) > 1 and trace is second)
         drawn.extend(found["values"])
         scales.extend(found["scales"])
         gaps.update((left, right) for _, left, right in pruned_ranges(table))
@@ -92,7 +97,9 @@ def _colours(count: int) -> list[str]:
     return [f"C{i}" for i in range(count)]
 
 
-def _draw(ax: Axes, table: pandas.DataFrame, name: str, colour, stat: str, minmax: bool, dashed: bool) -> dict:
+def _draw(
+    ax: Axes, table: pandas.DataFrame, name: str, palette: dict, stat: str, minmax: bool, dashed: bool
+) -> dict:
     """Draw one trace's series; returns the plotted values: ``{"values": [...], "scales": [...]}``."""
     values: list[float] = []
     scales: list[float] = []
@@ -103,6 +110,7 @@ def _draw(ax: Axes, table: pandas.DataFrame, name: str, colour, stat: str, minma
         x = part["x"].to_numpy()
         label = f"{name}: {series}" if several else name
         marker = "os^vD"[index % 5]
+        colour = palette[series]
         y = part["mean" if stat == "mean" else stat].to_numpy()
         runs = _runs(x) if not part["layer"].isna().any() else [slice(0, len(x))]
         if len(runs) > 1:  # across pruned layers: a thin dotted line, not data
@@ -184,6 +192,9 @@ def _labels(
             series = table["series"].unique().tolist() if not table.empty else []
             subject = series[0] if len(series) == 1 else f"calls matching {where}"
             title = f"{trace.model_name}: {what} of {subject} ({io}s)"
+        if len(title) > 60:  # a long module pattern: two lines rather than a clipped title
+            head, _, tail = title.partition(": ")
+            title = f"{head}:\n{tail}" if tail else title
     ax.set_title(title)
     by_layer = (
         not table.empty and not table["layer"].isna().any() and (table["x"] == table["layer"].astype(float)).all()

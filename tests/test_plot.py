@@ -213,3 +213,12 @@ def test_no_stats_says_so(tmp_path, ax):
     nbtrace.plot_stats(rec.trace, ax=ax)
     assert any("no statistics" in t.get_text() for t in ax.texts)
     assert not math.isnan(ax.get_xlim()[0])
+
+
+def test_several_series_get_their_own_colours_and_a_readable_title(traces, ax):
+    nbtrace.plot_stats(traces["full"], ax=ax, where=r"(q|k|v)_proj$", stat="std")
+    lines = [line for line in ax.get_lines() if not line.get_label().startswith("_")]
+    assert [line.get_label().split(": ")[1] for line in lines] == [
+        "layers.N.self_attn.q_proj std", "layers.N.self_attn.k_proj std", "layers.N.self_attn.v_proj std"]
+    assert len({line.get_color() for line in lines}) == 3
+    assert "\n" in ax.get_title()  # a long pattern title goes on two lines instead of being clipped
