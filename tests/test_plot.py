@@ -221,4 +221,6 @@ def test_several_series_get_their_own_colours_and_a_readable_title(traces, ax):
     assert [line.get_label().split(": ")[1] for line in lines] == [
         "layers.N.self_attn.q_proj std", "layers.N.self_attn.k_proj std", "layers.N.self_attn.v_proj std"]
     assert len({line.get_color() for line in lines}) == 3
-    assert "\n" in ax.get_title()  # a long pattern title goes on two lines instead of being clipped
+    assert ax.get_title() == "DemoLM: std of calls matching (q|k|v)_proj$ (outputs)"
+    long = nbtrace.plot_stats(traces["full"], ax=Figure().add_subplot(), where=r"layers\.\d+\.self_attn\.(q|k|v)_proj$")
+    assert long.get_title().startswith("DemoLM:\nmean ± std of calls matching")  # two lines, not clipped
