@@ -496,9 +496,11 @@ def _reason(div: FirstDivergence, how: str, seen: Node, culprit: Node) -> str:
             f"(no counterpart with data in b), so the difference may also come from the code that made them"
         )
     if how == "sibling":
+        parent = culprit.parent.name if culprit.parent is not None and culprit.parent.parent is not None else None
+        glue = f" (or {parent}'s own code between {culprit.name} and {seen.name}, e.g. a residual add)" if parent else ""
         return (
             f"everything recorded inside it agrees, but its output — the {where} ({div.arg}), the next call — "
-            f"differs (the format keeps no outputs for calls with children)"
+            f"differs (the format keeps no outputs for calls with children){glue}"
         )
     text = f"its inputs agree, but the {where} ({div.arg}) differ: the difference comes from its own code"
     if seen is not culprit and seen.parent is culprit:
