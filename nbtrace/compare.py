@@ -496,8 +496,15 @@ def _reason(div: FirstDivergence, how: str, seen: Node, culprit: Node) -> str:
             f"(no counterpart with data in b), so the difference may also come from the code that made them"
         )
     if how == "sibling":
-        parent = culprit.parent.name if culprit.parent is not None and culprit.parent.parent is not None else None
-        glue = f" (or {parent}'s own code between {culprit.name} and {seen.name}, e.g. a residual add)" if parent else ""
+        from .text import relative_name
+
+        up = culprit.parent
+        glue = (
+            f" (or {relative_name(up)}'s own code between {relative_name(culprit)} and {relative_name(seen)},"
+            " e.g. a residual add)"
+            if up is not None
+            else ""
+        )
         return (
             f"everything recorded inside it agrees, but its output — the {where} ({div.arg}), the next call — "
             f"differs (the format keeps no outputs for calls with children){glue}"
