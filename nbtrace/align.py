@@ -25,8 +25,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from .metrics import dtype_kind
-from .structure import has_pruning_gaps, layer_number, path_numbers, would_be_pruned
-from .trace import Node, Trace
+from .structure import has_pruning_gaps, path_numbers, would_be_pruned
+from .trace import Node, Trace, layer_number
 
 _GAP = 1.0  # cost of leaving one call unmatched
 _MIN_SCORE = 3.0  # weaker pairs are never matched

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from .structure import layer_number
+from .trace import layer_number
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas

@@ -42,10 +42,11 @@ class RotaryEmbedding(nn.Module):
         inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
         self.register_buffer("inv_freq", inv_freq, persistent=False)
 
-    def forward(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin tables for ``positions``, computed in float32, handed out in ``x``'s dtype."""
         freqs = positions[..., None].float() * self.inv_freq
         angles = torch.cat([freqs, freqs], dim=-1)
-        return angles.cos(), angles.sin()
+        return angles.cos().to(x.dtype), angles.sin().to(x.dtype)
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -133,7 +134,7 @@ class DemoLM(nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> dict:
         hidden_states = self.embed_tokens(input_ids)
         positions = torch.arange(input_ids.shape[1], device=input_ids.device)[None]
-        position_embeddings = self.rotary_emb(positions)
+        position_embeddings = self.rotary_emb(hidden_states, positions)
         for layer in self.layers:
             hidden_states = layer(hidden_states, position_embeddings, attention_mask=attention_mask)
         return {"logits": self.lm_head(self.norm(hidden_states))}

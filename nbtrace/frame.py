@@ -7,8 +7,7 @@ import os
 from typing import TYPE_CHECKING
 
 from .files import load_trace
-from .structure import layer_number
-from .trace import Trace
+from .trace import Trace, layer_number
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas

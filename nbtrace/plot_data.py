@@ -8,8 +8,8 @@ import re
 from typing import TYPE_CHECKING
 
 from .files import load_trace
-from .structure import block_prefix, handed_on, layer_number, outer_layer_blocks
-from .trace import Node, TensorValue, Trace
+from .structure import block_prefix, handed_on, outer_layer_blocks
+from .trace import Node, TensorValue, Trace, layer_number
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas

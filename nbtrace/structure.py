@@ -13,17 +13,6 @@ from .trace import Node, TensorValue, Trace
 _BLOCK = re.compile(r"^(.*)\.(\d+)$")
 
 
-def layer_number(module_path: str) -> int | None:
-    """The layer a path belongs to: its outermost ``.N`` component after the root, or None.
-
-    ``Llama.model.layers.3.mlp.experts.7.w1`` belongs to layer 3 (expert 7 of layer 3).
-    """
-    for part in module_path.split(".")[1:]:
-        if part.isdigit():
-            return int(part)
-    return None
-
-
 def path_numbers(module_path: str) -> tuple[int, ...]:
     """Every ``.N`` component of a path after the root, outermost first."""
     return tuple(int(part) for part in module_path.split(".")[1:] if part.isdigit())

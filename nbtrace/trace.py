@@ -23,6 +23,7 @@ STAT_NAMES = ("mean", "std", "min", "max")
 _SHAPE = re.compile(r"^torch\.Size\(\[([0-9, ]*)\]\)$")
 _STAT_NUMBER = re.compile(r"^tensor\(\s*([-+]?(?:nan|inf|\d[\d.]*(?:e[-+]?\d+)?))\s*[,)]")
 _NONFINITE_TOKEN = re.compile(r"(?<![A-Za-z_])-?(?:nan|inf)(?![A-Za-z_])")
+_NAN_TOKEN = re.compile(r"(?<![A-Za-z_])nan(?![A-Za-z_])")
 _LAYER_PATH = re.compile(r"^(.*)\.(\d+)$")
 
 
@@ -32,6 +33,17 @@ def parse_stat(text: str | None) -> float | None:
         return None
     match = _STAT_NUMBER.match(text)
     return float(match.group(1)) if match else None
+
+
+def layer_number(module_path: str) -> int | None:
+    """The layer a path belongs to: its outermost ``.N`` component after the root, or None.
+
+    ``Llama.model.layers.3.mlp.experts.7.w1`` belongs to layer 3 (expert 7 of layer 3).
+    """
+    for part in module_path.split(".")[1:]:
+        if part.isdigit():
+            return int(part)
+    return None
 
 
 def is_tensor_record(value: Any) -> bool:
@@ -109,6 +121,14 @@ class TensorValue:
         lines = self.lines
         return bool(lines) and any(_NONFINITE_TOKEN.search(line) for line in lines)
 
+    @property
+    def has_nan(self) -> bool:
+        """True when the stats or the printed values show a NaN (min and max propagate NaN)."""
+        if (self.min is not None and math.isnan(self.min)) or (self.max is not None and math.isnan(self.max)):
+            return True
+        lines = self.lines
+        return bool(lines) and any(_NAN_TOKEN.search(line) for line in lines)
+
     def load(self) -> torch.Tensor:
         """Read the full tensor from its safetensors file (only when the trace has one)."""
         from .files import load_tensor
@@ -185,11 +205,8 @@ class Node:
 
     @property
     def layer(self) -> int | None:
-        """The number of the innermost ``.N`` component of the path, if any."""
-        for part in reversed(self.module_path.split(".")[1:]):
-            if part.isdigit():
-                return int(part)
-        return None
+        """The layer this call belongs to: the outermost ``.N`` of its path (see ``layer_number``)."""
+        return layer_number(self.module_path)
 
     def tensors(self) -> list[tuple[str, str, TensorValue]]:
         """Every recorded tensor of this call as ``(io, arg, TensorValue)``.
@@ -212,8 +229,11 @@ class Node:
 
     @property
     def nonfinite(self) -> bool:
-        """True when any recorded tensor of this call holds NaN or inf."""
-        return any(t.nonfinite for _, _, t in self.tensors())
+        """True when this call produced a NaN or inf (in an output) or was handed a NaN (in an input).
+
+        An infinity in an input is not counted: attention masks hold ``-inf`` on purpose.
+        """
+        return any(t.nonfinite if io == "output" else t.has_nan for io, _, t in self.tensors())
 
     def walk(self) -> Iterator[Node]:
         """This node and every descendant, in call order."""
@@ -356,7 +376,7 @@ class Trace:
         return node
 
     def first_nonfinite(self) -> Node | None:
-        """The first call (in call order) that recorded a NaN or inf, or None."""
+        """The first call (in call order) that produced a NaN or inf or was handed a NaN, or None."""
         for node in self.nodes():
             if node.nonfinite:
                 return node

@@ -351,3 +351,37 @@ def test_tracing_under_inference_mode_gives_the_same_trace(tmp_path, use_repr):
                 model(**inputs)
         traces.append(rec.trace)
     assert traces[0].to_dict() == traces[1].to_dict()
+
+
+def test_an_infinite_attention_mask_is_not_a_nan_alarm_but_a_nan_is(tmp_path):
+    class Masked(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attn = torch.nn.Softmax(dim=-1)
+            self.out = torch.nn.Linear(4, 4)
+
+        def forward(self, x, mask):
+            return self.out(self.attn(x + mask))
+
+    model = Masked()
+    mask = torch.tensor([0.0, 0.0, float("-inf"), float("-inf")])
+    with nbtrace.trace(model, debug_path=tmp_path / "ok") as rec:
+        model(torch.randn(2, 4), mask)
+    assert rec.trace.first_nonfinite() is None  # -inf went in, only finite numbers came out
+    x = torch.randn(2, 4)
+    x[0, 0] = float("nan")
+    with nbtrace.trace(model, debug_path=tmp_path / "nan") as rec:
+        model(x, mask)
+    assert rec.trace.first_nonfinite().module_path == "Masked"  # the NaN came in with the input
+    assert rec.trace["Masked.attn"].nonfinite and rec.trace["Masked.out"].nonfinite
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_the_demo_model_traces_in_half_precision(tmp_path, dtype):
+    model, inputs = build_demo(num_layers=2)
+    model.to(dtype)
+    with nbtrace.trace(model, debug_path=tmp_path) as rec:
+        out = model(**inputs)["logits"]
+    assert out.dtype == dtype
+    logits = rec.trace["DemoLM.lm_head"].outputs
+    assert logits.dtype == str(dtype) and logits.stats["mean"].endswith(f"dtype={dtype})")
