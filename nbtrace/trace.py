@@ -21,7 +21,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 STAT_NAMES = ("mean", "std", "min", "max")
 _SHAPE = re.compile(r"^torch\.Size\(\[([0-9, ]*)\]\)$")
-_STAT_NUMBER = re.compile(r"^tensor\(\s*([-+]?(?:nan|inf|\d[\d.]*(?:e[-+]?\d+)?))\s*[,)]")
 _NONFINITE_TOKEN = re.compile(r"(?<![A-Za-z_])-?(?:nan|inf)(?![A-Za-z_])")
 _NAN_TOKEN = re.compile(r"(?<![A-Za-z_])nan(?![A-Za-z_])")
 _LAYER_PATH = re.compile(r"^(.*)\.(\d+)$")
@@ -29,10 +28,15 @@ _LAYER_PATH = re.compile(r"^(.*)\.(\d+)$")
 
 def parse_stat(text: str | None) -> float | None:
     """The number in a stat string such as ``tensor(6.5460e-06, dtype=torch.float16)``."""
-    if not isinstance(text, str):
+    if not isinstance(text, str) or not text.startswith("tensor("):
         return None
-    match = _STAT_NUMBER.match(text)
-    return float(match.group(1)) if match else None
+    end = text.find(",", 7)
+    if end < 0:
+        end = text.find(")", 7)
+    try:
+        return float(text[7:end])
+    except ValueError:  # "...": a meta tensor has no value
+        return None
 
 
 def layer_number(module_path: str) -> int | None:
@@ -413,17 +417,28 @@ class Trace:
         return f"<Trace {self.model_name}: {len(self)} calls, {self.kind.upper()}{where}>"
 
 
+class _Malformed(Exception):
+    """A problem found while building; the place is collected while it unwinds."""
+
+    def __init__(self, problem: str) -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.place: list[str] = []
+
+
 class _Builder:
-    """Turns a JSON tree into Nodes, checking its shape and naming any problem."""
+    """Turns a JSON tree into Nodes, checking its shape and naming any problem.
+
+    The fast path builds no location strings: a problem raises ``_Malformed``,
+    which collects where it happened as it unwinds.
+    """
 
     def __init__(self, where: object, base_dir: Path | None) -> None:
         self.where = where
         self.base_dir = base_dir
         self.order: list[Node] = []
         self.calls: dict[str, int] = {}
-
-    def fail(self, place: str, problem: str) -> TraceFormatError:
-        return TraceFormatError(self.where, f"{problem} (at {place})")
+        self.shapes: dict[str, tuple[int, ...]] = {}
 
     def node(self, tree: Any, place: str, parent: Node | None) -> Node:
         # Iterative pre-order walk: very deep trees must not hit Python's recursion limit.
@@ -431,24 +446,27 @@ class _Builder:
         pending: list[tuple[Any, str, Node | None]] = [(tree, place, parent)]
         while pending:
             raw, where, up = pending.pop()
-            node = self._one(raw, where, up)
+            try:
+                node = self._one(raw, up)
+                children = raw.get("children", [])
+                if not isinstance(children, list):
+                    raise _Malformed("'children' must be a list")
+            except _Malformed as bad:
+                raise TraceFormatError(self.where, f"{bad.problem} (at {where}{''.join(reversed(bad.place))})") from None
             if root is None:
                 root = node
-            children = raw.get("children", [])
-            if not isinstance(children, list):
-                raise self.fail(where, "'children' must be a list")
             pending.extend(
                 (child, f"{where}.children[{i}]", node) for i, child in reversed(list(enumerate(children)))
             )
         assert root is not None
         return root
 
-    def _one(self, raw: Any, where: str, parent: Node | None) -> Node:
+    def _one(self, raw: Any, parent: Node | None) -> Node:
         if not isinstance(raw, dict):
-            raise self.fail(where, f"a call must be a JSON object, found {type(raw).__name__}")
+            raise _Malformed(f"a call must be a JSON object, found {type(raw).__name__}")
         path = raw.get("module_path")
         if not isinstance(path, str):
-            raise self.fail(where, "a call needs a string 'module_path'")
+            raise _Malformed("a call needs a string 'module_path'")
         node = Node(path)
         node._keys = tuple(raw)
         node.parent = parent
@@ -456,48 +474,67 @@ class _Builder:
         node.index = len(self.order)
         node.call_index = self.calls.get(path, 0)
         self.calls[path] = node.call_index + 1
-        if "inputs" in raw:
-            node.inputs = self.value(raw["inputs"], f"{where}.inputs")
-        if "outputs" in raw:
-            node.outputs = self.value(raw["outputs"], f"{where}.outputs")
+        for key in ("inputs", "outputs"):
+            if key in raw:
+                try:
+                    setattr(node, key, self.value(raw[key]))
+                except _Malformed as bad:
+                    bad.place.append(f".{key}")
+                    raise
         if "error" in raw:
             error = raw["error"]
             if not isinstance(error, dict):
-                raise self.fail(where, "'error' must be an object with 'type' and 'message'")
+                raise _Malformed("'error' must be an object with 'type' and 'message'")
             node.error = {str(k): str(v) for k, v in error.items()}
         if parent is not None:
             parent.children.append(node)
         self.order.append(node)
         return node
 
-    def value(self, raw: Any, where: str) -> Any:
+    def value(self, raw: Any) -> Any:
+        if isinstance(raw, str) or raw is None:
+            return raw
         if isinstance(raw, dict):
             if is_tensor_record(raw):
-                return self.tensor(raw, where)
-            return {key: self.value(item, f"{where}.{key}") for key, item in raw.items()}
+                return self.tensor(raw)
+            out = {}
+            for key, item in raw.items():
+                try:
+                    out[key] = self.value(item)
+                except _Malformed as bad:
+                    bad.place.append(f".{key}")
+                    raise
+            return out
         if isinstance(raw, list):
-            return [self.value(item, f"{where}[{i}]") for i, item in enumerate(raw)]
-        if raw is None or isinstance(raw, str):
-            return raw
-        raise self.fail(where, f"unexpected {type(raw).__name__} value {raw!r}")
+            items = []
+            for i, item in enumerate(raw):
+                try:
+                    items.append(self.value(item))
+                except _Malformed as bad:
+                    bad.place.append(f"[{i}]")
+                    raise
+            return items
+        raise _Malformed(f"unexpected {type(raw).__name__} value {raw!r}")
 
-    def tensor(self, raw: dict[str, Any], where: str) -> TensorValue:
-        match = _SHAPE.match(raw["shape"])
-        if match is None:
-            raise self.fail(where, f"bad tensor shape {raw['shape']!r}")
-        dims = match.group(1).strip()
-        try:
-            shape = tuple(int(d) for d in dims.split(",")) if dims else ()
-        except ValueError:
-            raise self.fail(where, f"bad tensor shape {raw['shape']!r}") from None
+    def tensor(self, raw: dict[str, Any]) -> TensorValue:
+        text = raw["shape"]
+        shape = self.shapes.get(text)
+        if shape is None:
+            match = _SHAPE.match(text)
+            dims = match.group(1).strip() if match else "x"
+            try:
+                shape = tuple(int(d) for d in dims.split(",")) if dims else ()
+            except ValueError:
+                raise _Malformed(f"bad tensor shape {text!r}") from None
+            self.shapes[text] = shape
         value = raw.get("value")
         if value is not None and not isinstance(value, str):
-            if not isinstance(value, list) or not all(isinstance(line, str) for line in value):
-                raise self.fail(where, "a tensor 'value' must be a list of lines or a file reference")
+            if not isinstance(value, list) or not set(map(type, value)) <= {str}:
+                raise _Malformed("a tensor 'value' must be a list of lines or a file reference")
         stats = {}
         for name in STAT_NAMES:
             if name in raw:
                 if not isinstance(raw[name], str):
-                    raise self.fail(where, f"tensor stat {name!r} must be a string")
+                    raise _Malformed(f"tensor stat {name!r} must be a string")
                 stats[name] = raw[name]
         return TensorValue(shape, raw["dtype"], value, stats, self.base_dir, has_value="value" in raw)
