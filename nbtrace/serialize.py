@@ -165,13 +165,15 @@ class _Seen:
 
 
 _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+_SUM = {1: torch.int32, 2: torch.int32, 4: torch.int32, 8: torch.int64}
 
 
 def checksum(tensor: torch.Tensor) -> int:
-    """The sum of a tensor's bits as integers: changes when any value changes (short of contrived swaps)."""
+    """The wrapping sum of a tensor's bits as integers: changes when any value changes (short of contrived swaps)."""
     if tensor.numel() == 0:
         return 0
-    return int(tensor.view(_BITS[tensor.element_size()]).sum())
+    size = tensor.element_size()
+    return int(tensor.view(_BITS[size]).sum(dtype=_SUM[size]))
 
 
 def _slow_stats(tensor: torch.Tensor) -> dict[str, str]:
