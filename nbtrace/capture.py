@@ -63,17 +63,26 @@ class Recorder:
         self.folder = folder
         self.do_prune_layers = do_prune_layers
         self.use_repr = use_repr
-        self.traces: list[Trace] = []
+        self._recorded: list[_Recorded] = []
         self._run: _ForwardRun | None = None
         self._previous_store: TensorStore | None = None
         self._containers = numbered_containers(model, self.class_name)
 
     @property
+    def traces(self) -> list[Trace]:
+        """Every top-level forward recorded so far, in order (each built on first access)."""
+        return [recorded.trace() for recorded in self._recorded]
+
+    @property
     def trace(self) -> Trace | None:
-        return self.traces[-1] if self.traces else None
+        return self._recorded[-1].trace() if self._recorded else None
+
+    def __len__(self) -> int:
+        """How many top-level forwards have been recorded."""
+        return len(self._recorded)
 
     def __repr__(self) -> str:
-        return f"<Recorder {self.class_name}: {len(self.traces)} forward(s) recorded>"
+        return f"<Recorder {self.class_name}: {len(self._recorded)} forward(s) recorded>"
 
     # -- one module call -----------------------------------------------------
     def call_module(
@@ -129,7 +138,7 @@ class Recorder:
             self._run = None
 
     def _begin_forward(self) -> None:
-        if self._previous_store is not None and self.traces:
+        if self._previous_store is not None and self._recorded:
             self._keep_previous_forward()
         store = TensorStore(self.folder or Path(".").resolve())
         serializer = Serializer(self.use_repr, store)
@@ -138,19 +147,13 @@ class Recorder:
 
     def _keep_previous_forward(self) -> None:
         """Move the files of the previous forward into ``forward_<i>/`` so the next one cannot overwrite them."""
-        index = len(self.traces) - 1
-        previous = self.traces[-1]
+        previous = self._recorded[-1]
         store = self._previous_store
         assert store is not None
-        destination = store.folder / f"forward_{index}"
+        destination = store.folder / f"forward_{len(self._recorded) - 1}"
         json_files = [previous.source, _summary_path(previous.source)] if previous.source else []
         store.move_to(destination, [p for p in json_files if p is not None])
-        previous.base_dir = destination
-        if previous.source is not None:
-            previous.source = destination / previous.source.name
-        for node in previous.nodes():
-            for _, _, tensor in node.tensors():
-                tensor.base_dir = destination
+        previous.moved_to(destination)
         self._previous_store = None
 
     def _end_forward(self, run: _ForwardRun, top: dict[str, Any], failed: bool) -> None:
@@ -170,11 +173,43 @@ class Recorder:
                 raise
             warnings.warn(f"nbtrace could not write the trace of the failed forward: {exc}", stacklevel=3)
             full = None
-        trace = Trace.from_tree(root, kind="full", source=full, base_dir=run.store.folder)
-        for raw, node in zip(_walk_dicts(root), trace.nodes()):
-            node.duration = run.durations.get(id(raw))
-        self.traces.append(trace)
+        self._recorded.append(_Recorded(root, full, run.store.folder, run.durations))
         self._previous_store = run.store
+
+
+class _Recorded:
+    """One finished forward: its tree, turned into a Trace only when someone asks for it.
+
+    The drop-in ``model_addition_debugger_context`` never does, so it pays only for the files.
+    """
+
+    def __init__(self, tree: dict[str, Any], source: Path | None, base_dir: Path, durations: dict) -> None:
+        self.tree: dict[str, Any] | None = tree
+        self.source = source
+        self.base_dir = base_dir
+        self.durations = durations
+        self._trace: Trace | None = None
+
+    def trace(self) -> Trace:
+        if self._trace is None:
+            assert self.tree is not None
+            trace = Trace.from_tree(self.tree, kind="full", source=self.source, base_dir=self.base_dir)
+            for raw, node in zip(_walk_dicts(self.tree), trace.nodes()):
+                node.duration = self.durations.get(id(raw))
+            self._trace, self.tree, self.durations = trace, None, {}
+        return self._trace
+
+    def moved_to(self, destination: Path) -> None:
+        """The files of this forward now live in ``destination``."""
+        self.base_dir = destination
+        if self.source is not None:
+            self.source = destination / self.source.name
+        if self._trace is not None:
+            self._trace.base_dir = destination
+            self._trace.source = self.source
+            for node in self._trace.nodes():
+                for _, _, tensor in node.tensors():
+                    tensor.base_dir = destination
 
 
 class _ForwardRun:

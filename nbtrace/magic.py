@@ -243,9 +243,9 @@ class ModelTraceMagics(Magics):
                 )
                 print(f"%%modeltrace: nothing traced: {what}; {args.name} = None", file=sys.stderr)
             return
-        if len(recorder.traces) > 1:
+        if len(recorder) > 1:
             print(
-                f"%%modeltrace: {len(recorder.traces)} forwards of {recorder.class_name} ran; {args.name} holds "
+                f"%%modeltrace: {len(recorder)} forwards of {recorder.class_name} ran; {args.name} holds "
                 f"the last; the files of earlier ones were moved to forward_<i>/ in {recorder.folder}",
                 file=sys.stderr,
             )
