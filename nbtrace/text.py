@@ -13,8 +13,15 @@ def format_number(value: float | None) -> str:
         return "-"
     if not math.isfinite(value):
         return str(value)
-    if value == 0 or 1e-3 <= abs(value) < 1e4:
-        return f"{value:.3g}" if abs(value) >= 1 else f"{value:.3f}"
+    if value == 0:
+        return "0"
+    size = abs(value)
+    if 100 <= size < 1e4:
+        return f"{value:.0f}"
+    if 1 <= size < 100:
+        return f"{value:#.3g}".rstrip(".")  # keeps trailing zeros: 1.00, 12.0
+    if 1e-3 <= size < 1:
+        return f"{value:.3f}"
     return f"{value:.2e}"
 
 

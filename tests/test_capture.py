@@ -385,3 +385,10 @@ def test_the_demo_model_traces_in_half_precision(tmp_path, dtype):
     assert out.dtype == dtype
     logits = rec.trace["DemoLM.lm_head"].outputs
     assert logits.dtype == str(dtype) and logits.stats["mean"].endswith(f"dtype={dtype})")
+
+
+def test_the_text_tree_keeps_three_significant_digits():
+    from nbtrace.text import format_number
+
+    shown = [format_number(x) for x in (1.0, 0.99995, 12.0, 99.99, 1234.5, 0.0123, -1.5, 6.9e-4, 0.0, None)]
+    assert shown == ["1.00", "1.000", "12.0", "100", "1234", "0.012", "-1.50", "6.90e-04", "0", "-"]

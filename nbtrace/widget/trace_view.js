@@ -23,7 +23,9 @@ export function formatNumber(v) {
   if (typeof v === "string") return v;
   if (v === 0) return "0";
   const a = Math.abs(v);
-  if (a >= 1e-3 && a < 1e4) return a >= 1 ? String(Number(v.toPrecision(3))) : v.toFixed(3);
+  if (a >= 100 && a < 1e4) return v.toFixed(0);
+  if (a >= 1 && a < 100) return v.toPrecision(3); // keeps trailing zeros: 1.00, 12.0
+  if (a >= 1e-3 && a < 1) return v.toFixed(3);
   return v.toExponential(2);
 }
 

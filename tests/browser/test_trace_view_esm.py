@@ -16,6 +16,7 @@ from core_models import CalledTwice, seeded
 from playwright.sync_api import Page, expect
 from widget_models import FakeComparison, NanNet, demo_trace, record, synthetic_trace
 
+import nbtrace.widget
 from nbtrace.widget.view import TraceView
 
 WIDGET_DIR = Path(__file__).resolve().parents[2] / "nbtrace" / "widget"
@@ -255,3 +256,16 @@ def test_cleanup_detaches_from_the_model(page, demo):
     page.evaluate("window.__cleanup()")
     page.evaluate("window.__python_sets('filter', 'q_proj')")  # no view left to react: must not throw
     assert json.dumps(log(page))
+
+
+def test_numbers_keep_three_significant_digits(page, demo):
+    mount(page, TraceView(demo))
+    shown = page.evaluate(
+        """async (esm) => {
+            const url = URL.createObjectURL(new Blob([esm], { type: "text/javascript" }));
+            const { formatNumber } = await import(url);
+            return [1, 0.99995, 12, 99.99, 1234.5, 0.0123, -1.5, 6.9e-4, 0, "nan", null].map(formatNumber);
+        }""",
+        (Path(nbtrace.widget.__file__).parent / "trace_view.js").read_text(),
+    )
+    assert shown == ["1.00", "1.000", "12.0", "100", "1235", "0.012", "-1.50", "6.90e-4", "0", "nan", ""]
