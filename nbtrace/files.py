@@ -223,10 +223,14 @@ class TensorStore:
         """
         file_name = self.file_name(name)
         target = os.path.join(self._dir, file_name)
+        source = os.path.join(self._dir, existing)
         tmp = os.path.join(self._dir, f".{file_name}.{os.getpid()}.tmp")
         try:
-            os.link(os.path.join(self._dir, existing), tmp)
-            os.replace(tmp, target)
+            try:
+                os.link(source, target)  # atomic by itself: the name appears with the whole file behind it
+            except FileExistsError:  # an older file of that name: replace it in one step
+                os.link(source, tmp)
+                os.replace(tmp, target)
         except OSError:
             _unlink(tmp)
             self._used.discard(file_name)
