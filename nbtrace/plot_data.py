@@ -88,7 +88,7 @@ def stats_table(trace: Trace | str | os.PathLike, *, where: str | None = None, i
         rows["absmax"].append(max(edges) if edges else math.nan)
     xs: list[float] = [0.0] * len(points)
     labels: list[str] = [""] * len(points)
-    for series, members in by_series.items():
+    for members in by_series.values():
         layers = [rows["layer"][i] for i in members]
         by_layer = None not in layers and len(set(layers)) == len(layers)
         for order, i in enumerate(members):

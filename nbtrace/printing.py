@@ -13,7 +13,6 @@ and print options.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import torch
 from torch._tensor_str import PRINT_OPTS

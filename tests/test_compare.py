@@ -157,7 +157,7 @@ def test_node_report_is_aligned_with_a_nodes(demo_pair):
     result = nbtrace.compare(a, c)
     report = result.node_report()
     assert len(report) == len(result.a.nodes())
-    for row, node in zip(report, result.a.nodes()):
+    for row in report:
         assert {"status", "b_path", "score"} <= set(row)
         assert row["status"] in STATUSES
         assert row["score"] is None or isinstance(row["score"], float)

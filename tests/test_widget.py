@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 import traitlets
-from core_models import CalledTwice, FailingLayer, Stack, seeded
+from core_models import CalledTwice, FailingLayer, seeded
 from widget_models import Exploding, FakeComparison, NanNet, demo_trace, record
 
 import nbtrace

@@ -23,8 +23,7 @@ Each ``ZooEntry`` has flags describing what makes it interesting:
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 import torch

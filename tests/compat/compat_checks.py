@@ -351,7 +351,7 @@ def compare_run(a_dir: str, b_dir: str, cls: str, use_repr: bool, capture: dict 
     expected_nb = dump(strip_tensor_values(json.loads(a_full_b)))
     if not kept and expected_nb != a_sum_b:
         res.harness.append(
-            f"harness: transformers' SUMMARY is not its FULL minus tensor values:\n"
+            "harness: transformers' SUMMARY is not its FULL minus tensor values:\n"
             + unified_diff(a_sum_b, expected_nb, "transformers SUMMARY", "FULL minus tensor values")
         )
     expected = expected_nb if candidate == "nbtrace" else a_sum_b
