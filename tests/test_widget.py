@@ -186,3 +186,22 @@ def test_mimebundle_has_the_widget_and_a_static_fallback(demo):
     data, _ = TraceView(demo)._repr_mimebundle_()
     assert "application/vnd.jupyter.widget-view+json" in data
     assert "q_proj" in data["text/html"] and "<script" not in data["text/html"]
+
+
+def test_jumps_compare_a_module_with_itself_in_the_previous_layer(tmp_path):
+    from nbtrace.demo import build_demo
+
+    model, inputs = build_demo(num_layers=5)
+    with torch.no_grad():
+        model.layers[2].mlp.down_proj.weight.mul_(50.0)
+    with nbtrace.trace(model, debug_path=tmp_path, do_prune_layers=False) as rec:
+        model(**inputs)
+    view = TraceView(rec.trace)
+    flags, by_path = view.rows["flags"], rows_by_path(view)
+    jumped = sorted(path for path, row in by_path.items() if flags[row] & (P.JUMP_SMALL | P.JUMP_BIG))
+    # every layer's first norm follows the small residual update of the previous layer's last projection:
+    # in call order that looks like a 10x jump, but it is not one
+    # the boosted layer jumps up against layer 1; layer 3 drops back against it
+    assert jumped == ["DemoLM.layers.2.mlp.down_proj", "DemoLM.layers.3.mlp.down_proj"]
+    assert flags[by_path["DemoLM.layers.2.mlp.down_proj"]] & P.JUMP_UP
+    assert not flags[by_path["DemoLM.layers.3.mlp.down_proj"]] & P.JUMP_UP

@@ -24,7 +24,11 @@ NONFINITE = 1  # this call recorded a NaN or inf
 ERROR = 2  # this call raised
 GAP = 4  # a marker row: layers removed by pruning (not a call)
 MORE_OUTPUTS = 8  # the call has more than one output tensor (the row shows the first)
-JUMP_SMALL = 16  # scale jumped >= JUMP_SMALL_FACTOR against the previous recorded output
+# A jump is measured against the same module in the previous layer block (``layers.#.mlp``), else
+# against the call's own main input: how a module's output evolves layer by layer, or how much a call
+# rescaled what it was given. (Against the previous call in call order, every layer's first norm would
+# jump: it follows the small residual update of the previous layer's last projection.)
+JUMP_SMALL = 16  # scale jumped >= JUMP_SMALL_FACTOR
 JUMP_BIG = 32  # scale jumped >= JUMP_BIG_FACTOR
 HAS_NONFINITE_BELOW = 64  # a descendant recorded a NaN or inf
 HAS_ERROR_BELOW = 128  # a descendant raised
@@ -80,6 +84,23 @@ def _scale(tensor: TensorValue) -> float | None:
     if not (math.isfinite(tensor.mean) and math.isfinite(tensor.std)):
         return None
     return math.sqrt(tensor.mean * tensor.mean + tensor.std * tensor.std)
+
+
+def _role(node: Node) -> str | None:
+    """The path with its layer number masked (``Llama.layers.#.mlp``): the same module in every layer."""
+    parts = node.module_path.split(".")
+    for i in range(1, len(parts)):
+        if parts[i].isdigit():
+            return ".".join(parts[:i] + ["#"] + parts[i + 1 :])
+    return None
+
+
+def _main_input(node: Node) -> TensorValue | None:
+    """The call's first input tensor that has stats: what the module turned into its output."""
+    for tensor in node.input_tensors():
+        if tensor.mean is not None and tensor.std is not None:
+            return tensor
+    return None
 
 
 def _jump(previous: TensorValue, current: TensorValue) -> float:
@@ -163,7 +184,7 @@ def tree_payload(
 
     first_nonfinite_row = -1
     error_rows: list[int] = []
-    previous_output: TensorValue | None = None
+    last_of_role: dict[str, TensorValue] = {}  # "Llama.layers.#.mlp" -> the last output of that role
 
     for row, item in enumerate(order):
         if isinstance(item, tuple):
@@ -196,8 +217,12 @@ def tree_payload(
             bits |= MORE_OUTPUTS
         if outputs:
             out = outputs[0]
-            if previous_output is not None:
-                ratio = _jump(previous_output, out)
+            role = _role(node)
+            reference = last_of_role.get(role) if role is not None else None
+            if reference is None:
+                reference = _main_input(node)
+            if reference is not None:
+                ratio = _jump(reference, out)
                 factor = max(ratio, 1.0 / ratio)
                 if factor >= JUMP_BIG_FACTOR:
                     bits |= JUMP_BIG
@@ -205,8 +230,8 @@ def tree_payload(
                     bits |= JUMP_SMALL
                 if factor >= JUMP_SMALL_FACTOR and ratio > 1:
                     bits |= JUMP_UP
-            if out.mean is not None or out.std is not None:
-                previous_output = out
+            if role is not None and (out.mean is not None or out.std is not None):
+                last_of_role[role] = out
             output.append(strings(f"{short_shape(out.shape)} {short_dtype(out.dtype)}"))
             mean.append(short_number(out.mean))
             std.append(short_number(out.std))
