@@ -8,26 +8,35 @@ Both work on the plain JSON tree (dicts with ``module_path``, ``inputs``,
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Any
 
 Tree = dict[str, Any]
 
 # A path that ends in ``.<number>``: one block of a stack of layers.
-LAYER_PATH = re.compile(r"(.*)\.(\d+)$")
+LAYER_PATH = re.compile(r"^(.*)\.(\d+)$")
+
+
+def split_layer_path(path: str) -> tuple[str, int] | None:
+    """``("Llama.model.layers", 3)`` for ``Llama.model.layers.3``; None for a path not ending in ``.N``."""
+    match = LAYER_PATH.match(path)
+    return (match.group(1), int(match.group(2))) if match else None
+
+
+def is_layer_block_call(path: str, child_paths: Iterable[str]) -> bool:
+    """The format's rule: a path ending in ``.N`` whose recorded children include a path containing ``.N.``
+    (its own submodules ran). Shared by the JSON tree here and by ``Node.is_layer_block``."""
+    match = LAYER_PATH.match(path)
+    if match is None:
+        return False
+    marker = f".{match.group(2)}."
+    return any(marker in child for child in child_paths)
 
 
 def is_layer_block(node: Tree) -> bool:
-    """True when ``node`` is one block of a layer stack that called submodules.
-
-    A block is a path ending in ``.N`` whose recorded children include a path
-    containing ``.N.`` (its own submodules ran).
-    """
-    match = LAYER_PATH.match(node.get("module_path", ""))
-    children = node.get("children")
-    if match is None or not children:
-        return False
-    marker = f".{match.group(2)}."
-    return any(marker in child.get("module_path", "") for child in children)
+    """True when the JSON call ``node`` is one block of a layer stack that called submodules."""
+    children = node.get("children") or []
+    return is_layer_block_call(node.get("module_path", ""), (child.get("module_path", "") for child in children))
 
 
 def prune_intermediate_layers(node: Tree) -> list[Tree]:

@@ -19,7 +19,6 @@ than the block's own tensors are alive in most models.
 
 from __future__ import annotations
 
-import re
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -27,10 +26,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from .prune import is_layer_block
+from .prune import is_layer_block, split_layer_path
 from .serialize import local_tensor
 
-_LAYER = re.compile(r"^(.*)\.(\d+)$")
 _BROKEN = -2
 
 
@@ -51,8 +49,8 @@ class Frame:
 
     def __init__(self, node: dict[str, Any]) -> None:
         self.node = node
-        match = _LAYER.match(node["module_path"])
-        self.marker = f".{match.group(2)}." if match else None  # a child path with it makes this a layer block
+        split = split_layer_path(node["module_path"])
+        self.marker = f".{split[1]}." if split else None  # a child path with it makes this a layer block
         self.progress: dict[str, int] = {}  # container -> last block index of an unbroken 0, 1, 2 … run
         self.held: list[Deferred] = []
 
@@ -103,10 +101,10 @@ class Speculation:
             return True
         if parent is None:
             return False
-        match = _LAYER.match(node["module_path"])
-        if match is None:
+        split = split_layer_path(node["module_path"])
+        if split is None:
             return False
-        prefix, index = match.group(1), int(match.group(2))
+        prefix, index = split
         length = self.containers.get(prefix)
         if length is None or index >= length - 1 or parent.progress.get(prefix) != index - 1:
             return False
@@ -145,9 +143,9 @@ class Speculation:
         frame.held = []
         if parent is None or not is_layer_block(frame.node):
             return
-        match = _LAYER.match(frame.node["module_path"])
-        assert match is not None
-        prefix, index = match.group(1), int(match.group(2))
+        split = split_layer_path(frame.node["module_path"])
+        assert split is not None
+        prefix, index = split
         previous = parent.progress.get(prefix)
         expected = 0 if previous is None else previous + 1
         parent.progress[prefix] = index if index == expected and previous != _BROKEN else _BROKEN

@@ -6,11 +6,10 @@ Shared by the table, the plots and the comparison. Everything here reads the
 
 from __future__ import annotations
 
-import re
 
+from .prune import split_layer_path
 from .trace import Node, TensorValue, Trace
 
-_BLOCK = re.compile(r"^(.*)\.(\d+)$")
 
 
 def path_numbers(module_path: str) -> tuple[int, ...]:
@@ -19,21 +18,14 @@ def path_numbers(module_path: str) -> tuple[int, ...]:
 
 
 def is_layer_block(node: Node) -> bool:
-    """True for one block of a layer stack, as the format's pruning sees it.
-
-    A path ending in ``.N`` whose recorded children include a path containing ``.N.``.
-    """
-    match = _BLOCK.match(node.module_path)
-    if match is None or not node.children:
-        return False
-    marker = f".{match.group(2)}."
-    return any(marker in child.module_path for child in node.children)
+    """True for one block of a layer stack, as the format's pruning sees it."""
+    return node.is_layer_block
 
 
 def block_prefix(node: Node) -> str | None:
     """``Llama.model.layers`` for ``Llama.model.layers.3``; None when the node is not a ``.N`` path."""
-    match = _BLOCK.match(node.module_path)
-    return match.group(1) if match else None
+    split = split_layer_path(node.module_path)
+    return split[0] if split else None
 
 
 def layer_blocks(trace: Trace) -> list[Node]:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import TraceFormatError
+from .prune import is_layer_block_call, split_layer_path
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas
@@ -23,7 +24,6 @@ STAT_NAMES = ("mean", "std", "min", "max")
 _SHAPE = re.compile(r"^torch\.Size\(\[([0-9, ]*)\]\)$")
 _NONFINITE_TOKEN = re.compile(r"(?<![A-Za-z_])-?(?:nan|inf)(?![A-Za-z_])")
 _NAN_TOKEN = re.compile(r"(?<![A-Za-z_])nan(?![A-Za-z_])")
-_LAYER_PATH = re.compile(r"^(.*)\.(\d+)$")
 
 
 def parse_stat(text: str | None) -> float | None:
@@ -247,6 +247,11 @@ class Node:
             yield node
             stack.extend(reversed(node.children))
 
+    @property
+    def is_layer_block(self) -> bool:
+        """True for one block of a layer stack, as the format's pruning sees it (``prune.is_layer_block_call``)."""
+        return bool(self.children) and is_layer_block_call(self.module_path, (c.module_path for c in self.children))
+
     def pruned_layers(self) -> list[tuple[int, str, int, int]]:
         """Gaps left among this node's layer blocks by layer pruning.
 
@@ -256,10 +261,9 @@ class Node:
         gaps = []
         previous: tuple[str, int] | None = None
         for position, child in enumerate(self.children):
-            match = _LAYER_PATH.match(child.module_path)
-            if match is None or not child.children:
+            if not child.is_layer_block:
                 continue
-            prefix, number = match.group(1), int(match.group(2))
+            prefix, number = split_layer_path(child.module_path)  # type: ignore[misc]
             if previous is not None and previous[0] == prefix and number > previous[1] + 1:
                 gaps.append((position, prefix, previous[1] + 1, number - 1))
             previous = (prefix, number)
