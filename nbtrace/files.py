@@ -49,8 +49,16 @@ def prepare_debug_dir(debug_path: str | os.PathLike | None) -> Path:
     return target.resolve()
 
 
+def _temp_name(name: str) -> str:
+    """The hidden temporary name a file is written under before it is moved into place.
+
+    It ends in ``.<pid>.tmp`` so ``remove_stale_temp_files`` can tell a dead writer's leftovers.
+    """
+    return f".{name}.{os.getpid()}.tmp"
+
+
 def _temp_path(path: Path) -> Path:
-    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    return path.with_name(_temp_name(path.name))
 
 
 def remove_stale_temp_files(folder: Path) -> None:
@@ -205,7 +213,7 @@ class TensorStore:
 
         file_name = self.file_name(name)
         target = os.path.join(self._dir, file_name)
-        tmp = os.path.join(self._dir, f".{file_name}.{os.getpid()}.tmp")
+        tmp = os.path.join(self._dir, _temp_name(file_name))
         try:
             save_file({"data": tensor.detach().contiguous().cpu()}, tmp)
             os.replace(tmp, target)
@@ -224,7 +232,7 @@ class TensorStore:
         file_name = self.file_name(name)
         target = os.path.join(self._dir, file_name)
         source = os.path.join(self._dir, existing)
-        tmp = os.path.join(self._dir, f".{file_name}.{os.getpid()}.tmp")
+        tmp = os.path.join(self._dir, _temp_name(file_name))
         try:
             try:
                 os.link(source, target)  # atomic by itself: the name appears with the whole file behind it

@@ -6,10 +6,8 @@ Shared by the table, the plots and the comparison. Everything here reads the
 
 from __future__ import annotations
 
-
 from .prune import split_layer_path
 from .trace import Node, TensorValue, Trace
-
 
 
 def path_numbers(module_path: str) -> tuple[int, ...]:

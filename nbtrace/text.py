@@ -91,7 +91,6 @@ def _render(
         if node.children:
             lines.append(f"{child_prefix}└─ … {len(node.children)} calls below")
         return
-    children = [c for c in node.children if keep is None or id(c) in keep]
     gaps = {position: (prefix_, first, last_) for position, prefix_, first, last_ in node.pruned_layers()}
     items: list[Node | str] = []
     for position, child in enumerate(node.children):
@@ -101,7 +100,6 @@ def _render(
             items.append(f"… {name} {first}–{last_layer} pruned")
         if keep is None or id(child) in keep:
             items.append(child)
-    del children
     for i, item in enumerate(items):
         is_last = i == len(items) - 1
         if isinstance(item, str):
