@@ -22,7 +22,8 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 def shell(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     ip = InteractiveShell.instance()
-    ip.InteractiveTB.set_colors("NoColor")
+    colors = ip.colors
+    ip.colors = "nocolor"  # the shell's own trait: one spelling IPython 8 and 9 both accept (case-insensitive in 8)
     ip.run_cell("%load_ext nbtrace", store_history=False)
     ip.run_cell(
         "import torch\nfrom torch import nn\nfrom nbtrace.demo import build_demo\nmodel, inputs = build_demo()",
@@ -31,6 +32,7 @@ def shell(tmp_path, monkeypatch):
     yield ip
     for name in ("_trace", "t1", "model", "inputs", "m", "out", "Boom", "b"):
         ip.user_ns.pop(name, None)
+    ip.colors = colors
 
 
 def run(ip: InteractiveShell, cell: str):
