@@ -2,20 +2,23 @@
 
 from typing import Any
 
-from .capture import Recorder, model_addition_debugger_context, trace
-from .compare import Comparison, compare  # needs torch alone; eager, or `import nbtrace.compare` would shadow the function
+from .capture.context import model_addition_debugger_context, trace
+from .capture.recorder import Recorder
+from .core.load import load_trace
+from .core.node import Node
+from .core.tensor import TensorValue
+from .core.trace import Trace
+from .diff.comparison import Comparison, compare
 from .errors import TraceFormatError
-from .files import load_trace
-from .trace import Node, TensorValue, Trace
 
 __version__ = "0.1.0"
 
 # Names whose modules need the optional notebook/analysis dependencies load on first use,
 # so `import nbtrace` needs torch alone.
 _LAZY = {
-    "to_dataframe": "frame",
-    "plot_stats": "plot",
-    "TraceView": "widget",
+    "to_dataframe": "render.frame",
+    "plot_stats": "render.plot",
+    "TraceView": "notebook.view",
 }
 
 
@@ -30,7 +33,7 @@ def __getattr__(name: str) -> Any:
 
 def load_ipython_extension(ipython: Any) -> None:
     """``%load_ext nbtrace``: registers the ``%%modeltrace`` cell magic."""
-    from .magic import register
+    from .notebook.magic import register
 
     register(ipython)
 

@@ -28,9 +28,9 @@ class InputError(Exception):
 def _demo(args: argparse.Namespace) -> int:
     import torch
 
-    from .capture import trace
+    from .capture.context import trace
     from .demo import build_demo
-    from .text import format_tree
+    from .render.text import format_tree
 
     model, inputs = build_demo(num_layers=args.layers)
     with trace(model, debug_path=args.out, do_prune_layers=not args.no_prune, use_repr=not args.safetensors) as rec:
@@ -47,8 +47,8 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from .files import load_trace
-    from .text import format_tree
+    from .core.load import load_trace
+    from .render.text import format_tree
 
     print(format_tree(load_trace(args.path), max_depth=args.depth, contains=args.filter))
     return 0
@@ -94,9 +94,9 @@ def read_rename(path: str | os.PathLike) -> dict[str, str]:
 
 
 def _diff(args: argparse.Namespace) -> int:
-    from .compare import compare
-    from .files import load_trace
-    from .text import format_comparison_table
+    from .core.load import load_trace
+    from .diff.comparison import compare
+    from .render.text import format_comparison_table
 
     rename = read_rename(args.rename) if args.rename else None
     a = load_trace(args.a)
@@ -114,7 +114,7 @@ def _diff(args: argparse.Namespace) -> int:
 
 
 def _plot(args: argparse.Namespace) -> int:
-    from .files import load_trace
+    from .core.load import load_trace
 
     if args.where is not None:
         try:
@@ -136,7 +136,7 @@ def _plot(args: argparse.Namespace) -> int:
         raise InputError(out, f"matplotlib cannot write .{suffix} files")
     trace = load_trace(args.path)
     other = load_trace(args.compare) if args.compare else None
-    from .plot import plot_stats
+    from .render.plot import plot_stats
 
     try:
         plot_stats(

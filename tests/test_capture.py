@@ -12,7 +12,7 @@ import torch
 import nbtrace
 from nbtrace.demo import build_demo
 
-from core_models import (
+from tests.models.core_models import (
     Boom,
     CalledTwice,
     Failing,
@@ -177,7 +177,7 @@ def test_a_forward_that_raises_still_leaves_a_trace(tmp_path):
     assert instance_forwards(model) == []
     tree = full_json(tmp_path, "Failing")
     message = "layer two exploded at object at 0xXXXXXXXX"
-    error = {"type": "core_models.Boom", "message": message}
+    error = {"type": "tests.models.core_models.Boom", "message": message}
     assert tree["error"] == error
     ok, bad = tree["children"]
     assert ok["module_path"] == "Failing.ok" and "error" not in ok
@@ -329,7 +329,7 @@ def test_a_truncated_write_never_replaces_a_good_file(tmp_path, monkeypatch):
     def crash(src, dst):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("nbtrace.files.os.replace", crash)
+    monkeypatch.setattr("nbtrace.capture.write.os.replace", crash)
     with pytest.raises(OSError, match="No space"):
         with nbtrace.trace(model, debug_path=tmp_path):
             model(**inputs)
@@ -387,7 +387,7 @@ def test_the_demo_model_traces_in_half_precision(tmp_path, dtype):
 
 
 def test_the_text_tree_keeps_three_significant_digits():
-    from nbtrace.text import format_number
+    from nbtrace.render.vocabulary import format_number
 
     shown = [format_number(x) for x in (1.0, 0.99995, 12.0, 99.99, 1234.5, 0.0123, -1.5, 6.9e-4, 0.0, None)]
     assert shown == ["1.00", "1.000", "12.0", "100", "1234", "0.012", "-1.50", "6.90e-04", "0", "-"]

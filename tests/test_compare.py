@@ -8,10 +8,11 @@ import pytest
 import torch
 
 import nbtrace
-from nbtrace.compare import Comparison, FirstDivergence
+from nbtrace.diff.comparison import Comparison
+from nbtrace.diff.divergence import FirstDivergence
 from nbtrace.demo import build_demo
-from nbtrace.metrics import TOLERANCE, default_tolerance, diff_tensors, printed_numbers
-from nbtrace.trace import TensorValue
+from nbtrace.diff.metrics import TOLERANCE, default_tolerance, diff_tensors, printed_numbers
+from nbtrace.core.tensor import TensorValue
 
 STATUSES = {"match", "diverged", "first", "only_a", "no_data"}
 
@@ -202,7 +203,7 @@ def test_rename_pairs_by_path_and_bad_regex_is_named(demo_pair):
 
 
 def test_float_dtypes_compare_with_the_looser_tolerance(tmp_path):
-    from ports import trace_original
+    from tests.models.ports import trace_original
 
     a = trace_original(tmp_path / "f32", use_repr=False, prune=True)
     b = trace_original(tmp_path / "bf16", use_repr=False, prune=True, dtype=torch.bfloat16)
@@ -219,7 +220,7 @@ def test_float_dtypes_compare_with_the_looser_tolerance(tmp_path):
 def test_compare_stays_a_function_after_importing_its_module():
     import importlib
 
-    importlib.import_module("nbtrace.compare")
+    importlib.import_module("nbtrace.diff.comparison")
     assert callable(nbtrace.compare) and nbtrace.compare.__name__ == "compare"
     assert nbtrace.Comparison is Comparison
 

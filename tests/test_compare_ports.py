@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 import nbtrace
-from ports import BUGS, P, RENAME, ROOT, trace_original, trace_port
+from tests.models.ports import BUGS, P, RENAME, ROOT, trace_original, trace_port
 
 # mode -> (use_repr, which file to load)
 MODES = {"safetensors": (False, "FULL_TENSORS"), "repr": (True, "FULL_TENSORS"), "stats": (True, "SUMMARY")}

@@ -8,7 +8,7 @@ from safetensors.torch import load_file
 from torch import nn
 
 import nbtrace
-import nbtrace.serialize
+import nbtrace.capture.serialize
 from nbtrace.demo import build_demo
 
 
@@ -50,7 +50,7 @@ def test_fast_and_slow_paths_write_the_same_trace(tmp_path, monkeypatch, name, u
     fast_dir, slow_dir = tmp_path / "fast", tmp_path / "slow"
     with nbtrace.trace(model, debug_path=fast_dir, use_repr=use_repr) as fast:
         model(**inputs)
-    monkeypatch.setattr(nbtrace.serialize, "fast_printable", lambda tensor: False)
+    monkeypatch.setattr(nbtrace.capture.serialize, "fast_printable", lambda tensor: False)
     with nbtrace.trace(model, debug_path=slow_dir, use_repr=use_repr) as slow:
         model(**inputs)
     assert fast.trace.to_dict() == slow.trace.to_dict()

@@ -11,7 +11,7 @@ from pandas.testing import assert_frame_equal
 
 import nbtrace
 from nbtrace.demo import build_demo
-from nbtrace.frame import COLUMNS
+from nbtrace.render.frame import COLUMNS
 
 REQUIRED = ["module_path", "name", "depth", "call_index", "layer", "io", "arg", "shape", "dtype", "numel",
             "mean", "std", "min", "max"]
@@ -101,7 +101,7 @@ def test_layer_is_the_outermost_block_number():
 
 
 def test_call_index_counts_repeated_calls(tmp_path):
-    from core_models import CalledTwice, seeded
+    from tests.models.core_models import CalledTwice, seeded
 
     model = seeded(CalledTwice)
     with nbtrace.trace(model, debug_path=tmp_path) as rec:
@@ -141,7 +141,7 @@ def _big_tree(layers: int = 2000, per_layer: int = 9) -> dict:
 
 
 def test_twenty_thousand_nodes_in_well_under_a_second(tmp_path):
-    from nbtrace.files import write_trace_files
+    from nbtrace.capture.write import write_trace_files
 
     write_trace_files(_big_tree(), tmp_path, "M")
     trace = nbtrace.load_trace(tmp_path)

@@ -9,11 +9,11 @@ import sys
 
 import pytest
 import torch
-from core_models import FailingLayer, seeded
-from widget_models import NanNet, demo_trace, record, synthetic_trace
+from tests.models.core_models import FailingLayer, seeded
+from tests.models.widget_models import NanNet, demo_trace, record, synthetic_trace
 
 import nbtrace
-from nbtrace.html import trace_html, tree_html
+from nbtrace.render.html import trace_html, tree_html
 
 
 def visible_text(markup: str) -> list[str]:

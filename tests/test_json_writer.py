@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import random
 
-from nbtrace.files import encode_tree
+from nbtrace.capture.write import encode_tree
 
 
 def random_value(rng: random.Random, depth: int = 0):

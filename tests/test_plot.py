@@ -16,7 +16,7 @@ from matplotlib.figure import Figure  # noqa: E402
 
 import nbtrace  # noqa: E402
 from nbtrace.demo import build_demo  # noqa: E402
-from nbtrace.plot_data import pruned_ranges, stats_table  # noqa: E402
+from nbtrace.render.plot_data import pruned_ranges, stats_table, unrecorded_blocks  # noqa: E402
 
 
 def _trace(folder, model, inputs, prune=False):
@@ -78,11 +78,17 @@ def test_stats_table_reads_each_block_output_where_it_was_recorded(traces):
     assert table["mean"].dtype == "float64" and str(table["layer"].dtype) == "Int64"
 
 
-def test_stats_table_of_a_pruned_trace_has_a_gap(traces):
+def test_stats_table_of_a_pruned_trace_holds_block_outputs_only(traces):
+    # Layer 0's output went into layer 1, which pruning removed: the trace does not hold it,
+    # so the table has no point for layer 0 (no other tensor stands in for it).
     table = stats_table(traces["pruned"])
-    assert table["x"].tolist() == [0.0, 5.0]
-    assert pruned_ranges(table) == [("layers", 0.0, 5.0)]
-    assert pruned_ranges(stats_table(traces["full"])) == []
+    assert table["x"].tolist() == [5.0]
+    assert table["recorded_at"].tolist() == ["DemoLM.norm"]
+    full = stats_table(traces["full"])
+    assert table.iloc[0]["mean"] == full[full.module_path == "DemoLM.layers.5"].iloc[0]["mean"]
+    assert pruned_ranges(traces["pruned"]) == [("layers", 1, 4)]
+    assert unrecorded_blocks(traces["pruned"]) == [("layers", 0)]
+    assert pruned_ranges(traces["full"]) == [] and unrecorded_blocks(traces["full"]) == []
 
 
 def test_stats_table_for_a_module_pattern(traces):
@@ -99,7 +105,7 @@ def test_stats_table_without_layers_uses_call_order(traces, tmp_path):
     table = stats_table(traces["full"], where=r"embed_tokens|lm_head")
     assert table["series"].tolist() == ["embed_tokens", "lm_head"]
     assert table["layer"].isna().all()
-    from core_models import CalledTwice, seeded
+    from tests.models.core_models import CalledTwice, seeded
 
     model = seeded(CalledTwice)
     with nbtrace.trace(model, debug_path=tmp_path) as rec:
@@ -155,8 +161,9 @@ def test_pruned_layers_are_shaded_not_drawn_as_data(traces, ax):
     nbtrace.plot_stats(traces["pruned"], ax=ax)
     texts = [t.get_text() for t in ax.texts]
     assert any("layers 1–4" in t and "pruned" in t for t in texts)
-    dotted = [line for line in ax.get_lines() if line.get_linestyle() == ":"]
-    assert len(dotted) == 1  # the connector across the gap
+    assert any("layer 0" in t and "not" in t and "recorded" in t for t in texts)
+    data = [line for line in ax.get_lines() if line.get_label() == "DemoLM mean ± std"]
+    assert len(data) == 1 and list(data[0].get_xdata()) == [5.0]  # only what the trace holds
 
 
 def test_compare_overlays_a_second_trace_with_a_legend(traces, ax):

@@ -8,8 +8,8 @@ import random
 import pytest
 import torch
 
-from nbtrace.printing import fast_printable, stat_reprs, tensor_text
-from nbtrace.serialize import format_print_options
+from nbtrace.capture.printing import fast_printable, stat_reprs, tensor_text
+from nbtrace.capture.serialize import format_print_options
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32, torch.uint8,
           torch.int8, torch.bool]

@@ -9,9 +9,9 @@ import torch
 from safetensors.torch import load_file
 from torch import nn
 
-import core_models
+from tests.models import core_models
 import nbtrace
-import nbtrace.capture
+import nbtrace.capture.recorder
 
 
 class Block(core_models.Block):
@@ -136,7 +136,7 @@ CASES = {
 def trace_files(model, folder, use_repr, speculate, monkeypatch):
     with monkeypatch.context() as patch:
         if not speculate:
-            patch.setattr(nbtrace.capture, "numbered_containers", lambda model, name: {})
+            patch.setattr(nbtrace.capture.recorder, "numbered_containers", lambda model, name: {})
         torch.manual_seed(1)
         x = torch.randn(2, 4)
         with nbtrace.trace(model, debug_path=folder, use_repr=use_repr) as rec:
@@ -205,16 +205,16 @@ def test_a_block_that_raises_before_its_first_call_keeps_the_previous_block(tmp_
 
 
 def test_predicted_pruned_blocks_are_never_serialized(tmp_path, monkeypatch):
-    import nbtrace.serialize
+    import nbtrace.capture.serialize
 
     described: list[tuple] = []
-    original = nbtrace.serialize.Serializer._describe
+    original = nbtrace.capture.serialize.Serializer._describe
 
     def counting(self, tensor):
         described.append(tuple(tensor.shape))
         return original(self, tensor)
 
-    monkeypatch.setattr(nbtrace.serialize.Serializer, "_describe", counting)
+    monkeypatch.setattr(nbtrace.capture.serialize.Serializer, "_describe", counting)
     torch.manual_seed(0)
     model = Layers(8, list(range(8))).eval()
     x = torch.randn(2, 4)

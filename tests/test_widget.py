@@ -7,12 +7,12 @@ import json
 import pytest
 import torch
 import traitlets
-from core_models import CalledTwice, FailingLayer, seeded
-from widget_models import Exploding, FakeComparison, NanNet, demo_trace, record
+from tests.models.core_models import CalledTwice, FailingLayer, seeded
+from tests.models.widget_models import Exploding, FakeComparison, NanNet, demo_trace, record
 
 import nbtrace
-from nbtrace.widget import payload as P
-from nbtrace.widget.view import TraceView
+from nbtrace.notebook import payload as P
+from nbtrace.notebook.view import TraceView
 
 
 def rows_by_path(view: TraceView) -> dict[str, int]:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import time
 
-from widget_models import synthetic_trace
+from tests.models.widget_models import synthetic_trace
 
-from nbtrace.widget import payload as P
-from nbtrace.widget.view import TraceView
+from nbtrace.notebook import payload as P
+from nbtrace.notebook.view import TraceView
 
 
 def test_twenty_thousand_calls_payload_is_small_and_fast():

@@ -81,7 +81,7 @@ class JupyterServer:
         )
         (settings / "notebook-extension").mkdir(parents=True)
         (settings / "notebook-extension" / "tracker.jupyterlab-settings").write_text(json.dumps({"windowingMode": "none"}))
-        env = dict(os.environ, JUPYTER_PLATFORM_DIRS="1", IPYTHONDIR=str(home / "ipython"), PYTHONPATH=str(TESTS),
+        env = dict(os.environ, JUPYTER_PLATFORM_DIRS="1", IPYTHONDIR=str(home / "ipython"), PYTHONPATH=str(TESTS.parent),
                    **{f"JUPYTER_{k}_DIR": str(v) for k, v in dirs.items()})
         cls = "LabApp" if app == "lab" else "JupyterNotebookApp"
         cmd = [sys.executable, "-m", "jupyter", app, "--no-browser", "--allow-root", f"--port={self.port}",

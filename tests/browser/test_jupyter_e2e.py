@@ -19,7 +19,7 @@ APP = "window.jupyterapp"
 CELLS = [
     # 0: set-up
     "%load_ext nbtrace\nimport torch, nbtrace\nfrom nbtrace.demo import build_demo\n"
-    "from widget_models import synthetic_trace\nmodel, inputs = build_demo()",
+    "from tests.models.widget_models import synthetic_trace\nmodel, inputs = build_demo()",
     # 1: the magic shows a TraceView under the cell
     "%%modeltrace\nout = model(**inputs)",
     # 2: the view the tests click in

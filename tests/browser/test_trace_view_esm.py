@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from core_models import CalledTwice, seeded
+from tests.models.core_models import CalledTwice, seeded
 from playwright.sync_api import Page, expect
-from widget_models import FakeComparison, NanNet, demo_trace, record, synthetic_trace
+from tests.models.widget_models import FakeComparison, NanNet, demo_trace, record, synthetic_trace
 
-import nbtrace.widget
-from nbtrace.widget.view import TraceView
+import nbtrace.notebook
+from nbtrace.notebook.view import TraceView
 
-WIDGET_DIR = Path(__file__).resolve().parents[2] / "nbtrace" / "widget"
+WIDGET_DIR = Path(__file__).resolve().parents[2] / "nbtrace" / "notebook"
 
 MOUNT = """async ([esm, css, state]) => {
   const handlers = {};
@@ -266,6 +266,6 @@ def test_numbers_keep_three_significant_digits(page, demo):
             const { formatNumber } = await import(url);
             return [1, 0.99995, 12, 99.99, 1234.5, 0.0123, -1.5, 6.9e-4, 0, "nan", null].map(formatNumber);
         }""",
-        (Path(nbtrace.widget.__file__).parent / "trace_view.js").read_text(),
+        (Path(nbtrace.notebook.__file__).parent / "trace_view.js").read_text(),
     )
     assert shown == ["1.00", "1.000", "12.0", "100", "1235", "0.012", "-1.50", "6.90e-4", "0", "nan", ""]

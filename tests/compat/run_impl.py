@@ -56,13 +56,11 @@ def combo_name(prune: bool, use_repr: bool) -> str:
 def _setup_paths() -> None:
     if REPO not in sys.path:
         sys.path.insert(0, REPO)  # the nbtrace package of this work tree wins
-    if TESTS not in sys.path:
-        sys.path.append(TESTS)  # for `import zoo`
 
 
 def _zoo():
     _setup_paths()
-    import zoo
+    from tests.models import zoo
 
     return zoo
 

@@ -21,11 +21,7 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 TESTS = os.path.dirname(HERE)
 REPO = os.path.dirname(TESTS)
-for _p in (HERE, TESTS):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
-
-import compat_checks as checks  # noqa: E402
+from tests.compat import compat_checks as checks  # noqa: E402
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers.model_debugging_utils")
@@ -255,8 +251,7 @@ def test_unified_diff_is_cut():
 
 
 def test_state_problems():
-    sys.path.insert(0, HERE)
-    import run_impl
+    from tests.compat import run_impl
 
     base = {"print_opts": {"sci_mode": None}, "grad_enabled": True, "default_dtype": "torch.float32",
             "global_hooks": {}, "forward_in_dict": {"p": 1, "q": 2}, "module_hooks": {"x": [1, 0]},

@@ -38,12 +38,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 TESTS = os.path.dirname(HERE)
 REPO = os.path.dirname(TESTS)
 RUN_IMPL = os.path.join(HERE, "run_impl.py")
-for _p in (HERE, TESTS):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
-
-import compat_checks as checks  # noqa: E402
-import zoo  # noqa: E402
+from tests.compat import compat_checks as checks  # noqa: E402
+from tests.models import zoo  # noqa: E402
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers.model_debugging_utils")

@@ -1,0 +1,129 @@
+"""Attaching the recorder to a model for a ``with`` block, and restoring it exactly.
+
+Every submodule's ``forward`` is wrapped (as transformers does, so direct
+``module.forward(...)`` calls are seen too) for the duration of the block and
+restored afterwards, whatever happens: ``forward`` goes back into a module's
+``__dict__`` only if it was there before. Under ``torch.distributed`` only rank 0
+records; other ranks only get the top-level forward run under ``no_grad``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from .recorder import Recorder, is_rank_zero
+from .write import prepare_debug_dir
+
+_MISSING = object()
+
+
+class _Patch:
+    """Wrapped forwards of one model, and exactly how to undo them."""
+
+    def __init__(self) -> None:
+        self._saved: list[tuple[nn.Module, Any]] = []
+
+    def wrap(self, module: nn.Module, make: Callable[[Callable], Callable]) -> None:
+        before = module.__dict__.get("forward", _MISSING)
+        wrapped = make(module.forward)
+        self._saved.append((module, before))
+        module.forward = wrapped
+
+    def restore(self) -> None:
+        while self._saved:
+            module, before = self._saved.pop()
+            if before is _MISSING:
+                module.__dict__.pop("forward", None)
+            else:
+                module.__dict__["forward"] = before
+
+
+def _wrap_module(recorder: Recorder, path: str, has_children: bool) -> Callable[[Callable], Callable]:
+    def make(forward: Callable) -> Callable:
+        @functools.wraps(forward)
+        def traced_forward(*args: Any, **kwargs: Any) -> Any:
+            __tracebackhide__ = True  # IPython and pytest leave these frames out of tracebacks
+            return recorder.call_module(path, has_children, forward, args, kwargs)
+
+        return traced_forward
+
+    return make
+
+
+def _wrap_top(recorder: Recorder) -> Callable[[Callable], Callable]:
+    def make(forward: Callable) -> Callable:
+        @functools.wraps(forward)
+        def traced_top_forward(*args: Any, **kwargs: Any) -> Any:
+            __tracebackhide__ = True
+            return recorder.call_top(forward, args, kwargs)
+
+        return traced_top_forward
+
+    return make
+
+
+def _wrap_top_no_grad(forward: Callable) -> Callable:
+    @functools.wraps(forward)
+    def untraced_top_forward(*args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True
+        with torch.no_grad():
+            return forward(*args, **kwargs)
+
+    return untraced_top_forward
+
+
+@contextmanager
+def trace(
+    model: nn.Module,
+    debug_path: str | Path | None = None,
+    do_prune_layers: bool = True,
+    use_repr: bool = True,
+) -> Iterator[Recorder]:
+    """Record every top-level forward of ``model`` inside the block; yields a Recorder.
+
+    Writes the same files as transformers' ``model_addition_debugger_context`` into
+    ``debug_path`` (the working folder when None) after each forward, and keeps
+    each forward as a Trace in ``recorder.traces``. A second forward moves the
+    previous one's files into ``debug_path/forward_<i>/``.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    rank_zero = is_rank_zero()
+    folder = prepare_debug_dir(debug_path) if rank_zero else None
+    recorder = Recorder(model, folder, do_prune_layers, use_repr)
+    patch = _Patch()
+    try:
+        if rank_zero:
+            class_name = recorder.class_name
+            for name, module in model.named_modules():
+                if name:
+                    has_children = any(True for _ in module.named_children())
+                    patch.wrap(module, _wrap_module(recorder, f"{class_name}.{name}", has_children))
+            patch.wrap(model, _wrap_top(recorder))
+        else:
+            patch.wrap(model, _wrap_top_no_grad)
+        yield recorder
+    finally:
+        patch.restore()
+
+
+@contextmanager
+def model_addition_debugger_context(
+    model: nn.Module,
+    debug_path: str | Path | None = None,
+    do_prune_layers: bool = True,
+    use_repr: bool = True,
+) -> Iterator[nn.Module]:
+    """Drop-in for transformers' context of the same name: same signature, same files.
+
+    Yields the model. Use ``nbtrace.trace`` to get the recorded Trace back.
+    """
+    with trace(model, debug_path, do_prune_layers, use_repr):
+        yield model

@@ -1,0 +1,271 @@
+"""The Recorder: turns the module calls of each top-level forward into a call tree, files and a Trace.
+
+``context.py`` routes every wrapped ``forward`` here (``call_module``/``call_top``).
+Submodule calls run under ``torch.no_grad()``; the top-level forward runs in the
+caller's grad mode.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..core.trace import Trace
+from .prune import prune_intermediate_layers, prune_outputs_of_parents
+from .serialize import Serializer, sanitize
+from .speculate import Frame, Speculation, numbered_containers
+from .write import TensorStore, tree_refs, write_trace_files
+
+_MAX_ERROR_MESSAGE = 2000
+
+
+def is_rank_zero() -> bool:
+    """True unless torch.distributed is initialized and this process is not rank 0."""
+    dist = torch.distributed
+    if not dist.is_available() or not dist.is_initialized():
+        return True
+    return dist.get_rank() == 0
+
+
+def error_record(exc: BaseException) -> dict[str, str]:
+    """The ``error`` field of a call that raised: exception type and message."""
+    kind = type(exc)
+    name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+    message = sanitize(str(exc))
+    if len(message) > _MAX_ERROR_MESSAGE:
+        message = message[:_MAX_ERROR_MESSAGE] + "…"
+    return {"type": name, "message": message}
+
+
+class Recorder:
+    """What ``nbtrace.trace`` yields: the traces recorded inside the block.
+
+    ``trace`` is the last completed top-level forward (None before one
+    completes); ``traces`` holds every top-level forward, in order.
+    """
+
+    def __init__(self, model: nn.Module, folder: Path | None, do_prune_layers: bool, use_repr: bool) -> None:
+        self.model = model
+        self.class_name = type(model).__name__
+        self.folder = folder
+        self.do_prune_layers = do_prune_layers
+        self.use_repr = use_repr
+        self._recorded: list[_Recorded] = []
+        self._run: _ForwardRun | None = None
+        self._previous_store: TensorStore | None = None
+        self._containers = numbered_containers(model, self.class_name)
+
+    @property
+    def traces(self) -> list[Trace]:
+        """Every top-level forward recorded so far, in order (each built on first access)."""
+        return [recorded.trace() for recorded in self._recorded]
+
+    @property
+    def trace(self) -> Trace | None:
+        return self._recorded[-1].trace() if self._recorded else None
+
+    def __len__(self) -> int:
+        """How many top-level forwards have been recorded."""
+        return len(self._recorded)
+
+    def __repr__(self) -> str:
+        return f"<Recorder {self.class_name}: {len(self._recorded)} forward(s) recorded>"
+
+    # -- one module call -----------------------------------------------------
+    def call_module(
+        self, path: str, has_children: bool, forward: Callable, args: tuple, kwargs: dict[str, Any]
+    ) -> Any:
+        __tracebackhide__ = True
+        run = self._run
+        if run is None:  # called outside the traced model's forward: not recorded
+            with torch.no_grad():
+                return forward(*args, **kwargs)
+        count = run.calls[path] = run.calls.get(path, 0) + 1
+        # Later calls get "@n": a first call's file name (transformers' name) never contains it.
+        base = path if count == 1 else f"{path}@{count}"
+        inputs = {key: part for key, part in (("args", args), ("kwargs", kwargs)) if len(part) > 0}
+        node = run.open(path, inputs, f"{base}_inputs")
+        try:
+            with torch.no_grad():
+                out = forward(*args, **kwargs)
+        except BaseException as exc:
+            run.close(node, error=exc)
+            raise
+        try:
+            if not has_children:
+                run.record(node, "outputs", out, f"{base}_outputs")
+        finally:
+            run.close(node)
+        return out
+
+    # -- the top-level forward -----------------------------------------------
+    def call_top(self, forward: Callable, args: tuple, kwargs: dict[str, Any]) -> Any:
+        __tracebackhide__ = True
+        if self._run is not None:  # the model re-entered its own forward: record it as a call
+            return self.call_module(self.class_name, True, forward, args, kwargs)
+        self._begin_forward()
+        run = self._run
+        assert run is not None
+        name = self.class_name
+        try:
+            node = run.open(f"{name} (top-level)", {"args": args, "kwargs": kwargs}, f"{name}_inputs")
+            try:
+                out = forward(*args, **kwargs)
+            except BaseException as exc:
+                run.close(node, error=exc)
+                self._end_forward(run, node, failed=True)
+                raise
+            try:
+                run.record(node, "outputs", out, f"{name}_outputs")
+            finally:
+                run.close(node)
+            self._end_forward(run, node, failed=False)
+            return out
+        finally:
+            self._run = None
+
+    def _begin_forward(self) -> None:
+        if self._previous_store is not None and self._recorded:
+            self._keep_previous_forward()
+        store = TensorStore(self.folder or Path(".").resolve())
+        serializer = Serializer(self.use_repr, store)
+        containers = self._containers if self.do_prune_layers else {}
+        self._run = _ForwardRun(serializer, store, containers)
+
+    def _keep_previous_forward(self) -> None:
+        """Move the files of the previous forward into ``forward_<i>/`` so the next one cannot overwrite them."""
+        previous = self._recorded[-1]
+        store = self._previous_store
+        assert store is not None
+        destination = store.folder / f"forward_{len(self._recorded) - 1}"
+        json_files = [previous.source, _summary_path(previous.source)] if previous.source else []
+        store.move_to(destination, [p for p in json_files if p is not None])
+        previous.moved_to(destination)
+        self._previous_store = None
+
+    def _end_forward(self, run: _ForwardRun, top: dict[str, Any], failed: bool) -> None:
+        root: dict[str, Any] = {"module_path": self.class_name}
+        for key in ("inputs", "outputs", "error", "children"):
+            if key in top and top[key]:
+                root[key] = top[key]
+        run.durations[id(root)] = run.durations.get(id(top))
+        removed = prune_intermediate_layers(root) if self.do_prune_layers else []
+        prune_outputs_of_parents(root)
+        try:
+            if removed:
+                run.store.discard(tree_refs(removed))
+            full, _ = write_trace_files(root, run.store.folder, self.class_name)
+        except Exception as exc:
+            if not failed:
+                raise
+            warnings.warn(f"nbtrace could not write the trace of the failed forward: {exc}", stacklevel=3)
+            full = None
+        self._recorded.append(_Recorded(root, full, run.store.folder, run.durations))
+        self._previous_store = run.store
+
+
+class _Recorded:
+    """One finished forward: its tree, turned into a Trace only when someone asks for it.
+
+    The drop-in ``model_addition_debugger_context`` never does, so it pays only for the files.
+    """
+
+    def __init__(self, tree: dict[str, Any], source: Path | None, base_dir: Path, durations: dict) -> None:
+        self.tree: dict[str, Any] | None = tree
+        self.source = source
+        self.base_dir = base_dir
+        self.durations = durations
+        self._trace: Trace | None = None
+
+    def trace(self) -> Trace:
+        if self._trace is None:
+            assert self.tree is not None
+            trace = Trace.from_tree(self.tree, kind="full", source=self.source, base_dir=self.base_dir)
+            for raw, node in zip(_walk_dicts(self.tree), trace.nodes()):
+                node.duration = self.durations.get(id(raw))
+            self._trace, self.tree, self.durations = trace, None, {}
+        return self._trace
+
+    def moved_to(self, destination: Path) -> None:
+        """The files of this forward now live in ``destination``."""
+        self.base_dir = destination
+        if self.source is not None:
+            self.source = destination / self.source.name
+        if self._trace is not None:
+            self._trace.base_dir = destination
+            self._trace.source = self.source
+            for node in self._trace.nodes():
+                for _, _, tensor in node.tensors():
+                    tensor.base_dir = destination
+
+
+class _ForwardRun:
+    """The state of one top-level forward: the open calls, their serializer, and the speculation."""
+
+    def __init__(self, serialize: Serializer, store: TensorStore, containers: dict[str, int]) -> None:
+        self.serialize = serialize
+        self.store = store
+        self.frames: list[Frame] = []
+        self.calls: dict[str, int] = {}
+        self.started: dict[int, float] = {}
+        self.durations: dict[int, float | None] = {}
+        self.speculation = Speculation(containers, serialize)
+
+    def record(self, node: dict[str, Any], key: str, value: Any, name: str) -> None:
+        """Serialize ``value`` into ``node[key]``, or hold it if its layer block may be pruned."""
+        if self.speculation.deferring is not None:
+            node[key] = None
+            self.speculation.hold(node, key, value, name)
+        else:
+            node[key] = self.serialize(value, name)
+
+    def open(self, path: str, inputs: Any, name: str) -> dict[str, Any]:
+        node: dict[str, Any] = {"module_path": path, "inputs": None, "outputs": None, "children": []}
+        parent = self.frames[-1] if self.frames else None
+        self.speculation.begin(node, parent)
+        self.record(node, "inputs", inputs, name)
+        frame = Frame(node)
+        self.frames.append(frame)
+        self.speculation.opened(frame, parent, self.frames[-3] if len(self.frames) > 2 else None)
+        self.started[id(node)] = time.perf_counter()
+        return node
+
+    def close(self, node: dict[str, Any], error: BaseException | None = None) -> None:
+        self.durations[id(node)] = time.perf_counter() - self.started.pop(id(node), time.perf_counter())
+        # Pop down to this node: a call that never closed (it cannot happen, but a
+        # corrupted stack must not misplace every later call) is closed with it.
+        frame = None
+        while self.frames:
+            frame = self.frames.pop()
+            if frame.node is node:
+                break
+        children = node.pop("children")
+        if error is not None:
+            node["error"] = error_record(error)
+        if children:
+            node["children"] = children
+        parent = self.frames[-1] if self.frames else None
+        if frame is not None:
+            self.speculation.closed(frame, parent)
+        if parent is not None:
+            parent.node["children"].append(node)
+
+
+def _walk_dicts(root: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(reversed(node.get("children", [])))
+
+
+def _summary_path(full: Path | None) -> Path | None:
+    if full is None:
+        return None
+    return full.with_name(full.name.replace("_FULL_TENSORS.json", "_SUMMARY.json"))

@@ -1,0 +1,287 @@
+"""Writing trace files: atomic JSON in the format's exact bytes, safetensors files with safe names.
+
+Every write goes to a temporary file in the same folder and is then moved into
+place with ``os.replace``, so a crash never leaves a truncated file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..core.load import FULL_SUFFIX, SUMMARY_SUFFIX
+from ..core.tensor import is_tensor_record
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+_UNSAFE = {"/": "%2F", "\\": "%5C", "\0": "%00"}
+_MAX_NAME_BYTES = 200
+
+
+def prepare_debug_dir(debug_path: str | os.PathLike | None) -> Path:
+    """Create ``debug_path`` if needed and prove it is writable; a clear ValueError otherwise."""
+    target = Path(debug_path) if debug_path else Path(".")
+    try:
+        if not target.is_dir():
+            target.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"debug_path={str(debug_path)!r} cannot be used as a folder: {exc.strerror or exc}") from exc
+    if not target.is_dir():
+        raise ValueError(f"debug_path={str(debug_path)!r} is not a folder")
+    probe = target / f".nbtrace-write-check-{os.getpid()}"
+    try:
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise ValueError(f"debug_path={str(debug_path)!r} is not writable: {exc.strerror or exc}") from exc
+    remove_stale_temp_files(target)
+    return target.resolve()
+
+
+def _temp_name(name: str) -> str:
+    """The hidden temporary name a file is written under before it is moved into place.
+
+    It ends in ``.<pid>.tmp`` so ``remove_stale_temp_files`` can tell a dead writer's leftovers.
+    """
+    return f".{name}.{os.getpid()}.tmp"
+
+
+def _temp_path(path: Path) -> Path:
+    return path.with_name(_temp_name(path.name))
+
+
+def remove_stale_temp_files(folder: Path) -> None:
+    """Delete temporary files left by a writer process that died mid-write."""
+    for tmp in folder.glob(".*.tmp"):
+        pid = tmp.name.rsplit(".", 2)[-2]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file, so it is whole or absent."""
+    tmp = _temp_path(path)
+    try:
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def summary_tree(tree: Any) -> Any:
+    """A copy of the tree without the ``value`` of each tensor record (the SUMMARY file).
+
+    Unlike transformers, only tensor records lose ``value``: a kwarg or dict key
+    that happens to be named ``value`` stays.
+    """
+    if isinstance(tree, dict):
+        if is_tensor_record(tree):
+            return {key: item for key, item in tree.items() if key != "value"}
+        return {key: summary_tree(item) for key, item in tree.items()}
+    if isinstance(tree, list):
+        return [summary_tree(item) for item in tree]
+    return tree
+
+
+def encode_tree(tree: dict[str, Any]) -> bytes:
+    """The bytes transformers writes for a tree: those of ``json.dump(tree, f, indent=2)``.
+
+    Python's indented JSON encoder is pure Python; this one knows the tree holds
+    dicts, lists, strings and None, escapes strings with json's C escaper, and
+    writes a list of strings (a tensor's printed lines) in one join.
+    """
+    parts: list[str] = []
+    _encode(tree, "\n", parts)
+    return "".join(parts).encode("ascii")
+
+
+_escape = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
+
+
+def _encode(value: Any, newline: str, parts: list[str]) -> None:
+    if isinstance(value, str):
+        parts.append(_escape(value))
+    elif isinstance(value, dict):
+        if not value:
+            parts.append("{}")
+            return
+        inner = newline + "  "
+        separator = "{" + inner
+        for key, item in value.items():
+            parts.append(separator)
+            parts.append(_escape(key) if isinstance(key, str) else _key(key))
+            parts.append(": ")
+            _encode(item, inner, parts)
+            separator = "," + inner
+        parts.append(newline + "}")
+    elif isinstance(value, (list, tuple)):
+        if not value:
+            parts.append("[]")
+            return
+        inner = newline + "  "
+        if all(type(item) is str for item in value):
+            parts.append("[" + inner + ("," + inner).join(map(_escape, value)) + newline + "]")
+            return
+        separator = "[" + inner
+        for item in value:
+            parts.append(separator)
+            _encode(item, inner, parts)
+            separator = "," + inner
+        parts.append(newline + "]")
+    else:  # None, numbers, booleans: exactly as json writes them
+        parts.append(json.dumps(value))
+
+
+def _key(key: Any) -> str:
+    """A non-string dict key as json writes it (``1`` -> ``"1"``, ``True`` -> ``"true"``)."""
+    return _escape(json.dumps(key) if isinstance(key, (bool, float)) or key is None else str(key))
+
+
+def write_trace_files(tree: dict[str, Any], folder: Path, class_name: str) -> tuple[Path, Path]:
+    """Write the FULL and SUMMARY files of ``tree`` into ``folder``; returns their paths."""
+    full = folder / f"{class_name}{FULL_SUFFIX}"
+    summary = folder / f"{class_name}{SUMMARY_SUFFIX}"
+    write_atomic(full, encode_tree(tree))
+    write_atomic(summary, encode_tree(summary_tree(tree)))
+    return full, summary
+
+
+def safe_file_name(name: str) -> str:
+    """A single path component for ``name``: separators escaped, long names shortened.
+
+    Names that are already safe (every normal module path) are returned unchanged,
+    so references stay identical to transformers'.
+    """
+    if any(ch in name for ch in _UNSAFE):
+        for ch, escaped in _UNSAFE.items():
+            name = name.replace(ch, escaped)
+    if name in (".", ".."):
+        name = name.replace(".", "%2E")
+    if len(name.encode("utf-8")) > _MAX_NAME_BYTES:
+        digest = hashlib.sha1(name.encode("utf-8")).hexdigest()[:12]
+        name = name.encode("utf-8")[: _MAX_NAME_BYTES - 13].decode("utf-8", "ignore") + "-" + digest
+    return name
+
+
+class TensorStore:
+    """Writes the safetensors files of one forward into one folder.
+
+    Each name is used once per forward (a module called twice gets a file per
+    call); files can be discarded again (pruned layer blocks) or moved away.
+    """
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self._dir = str(folder)
+        self.written: list[str] = []
+        self._used: set[str] = set()
+
+    def file_name(self, name: str) -> str:
+        """The unique, safe file name (with ``.safetensors``) for ``name``."""
+        if not name.endswith(".safetensors"):
+            name += ".safetensors"
+        stem = safe_file_name(name[: -len(".safetensors")])
+        candidate, n = f"{stem}.safetensors", 1
+        while candidate in self._used:
+            n += 1
+            candidate = f"{stem}~{n}.safetensors"
+        self._used.add(candidate)
+        return candidate
+
+    def save(self, name: str, tensor: torch.Tensor) -> str:
+        """Save ``tensor`` under ``name``; returns the reference the JSON holds (``./file``)."""
+        from safetensors.torch import save_file
+
+        file_name = self.file_name(name)
+        target = os.path.join(self._dir, file_name)
+        tmp = os.path.join(self._dir, _temp_name(file_name))
+        try:
+            save_file({"data": tensor.detach().contiguous().cpu()}, tmp)
+            os.replace(tmp, target)
+        except BaseException:
+            _unlink(tmp)
+            self._used.discard(file_name)
+            raise
+        self.written.append(file_name)
+        return f"./{file_name}"
+
+    def link(self, name: str, existing: str, tensor: torch.Tensor) -> str:
+        """Store the same data as ``existing`` (a file of this forward) under ``name``.
+
+        A hard link where the filesystem allows one, else a fresh write.
+        """
+        file_name = self.file_name(name)
+        target = os.path.join(self._dir, file_name)
+        source = os.path.join(self._dir, existing)
+        tmp = os.path.join(self._dir, _temp_name(file_name))
+        try:
+            try:
+                os.link(source, target)  # atomic by itself: the name appears with the whole file behind it
+            except FileExistsError:  # an older file of that name: replace it in one step
+                os.link(source, tmp)
+                os.replace(tmp, target)
+        except OSError:
+            _unlink(tmp)
+            self._used.discard(file_name)
+            return self.save(name, tensor)
+        self.written.append(file_name)
+        return f"./{file_name}"
+
+    def discard(self, refs: Iterable[str]) -> None:
+        """Delete files this forward wrote for references that the JSON no longer holds."""
+        gone = {ref[2:] if ref.startswith("./") else ref for ref in refs}
+        for file_name in gone:
+            if file_name in self._used:
+                (self.folder / file_name).unlink(missing_ok=True)
+        self.written = [name for name in self.written if name not in gone]
+
+    def move_to(self, destination: Path, extra: Iterable[Path] = ()) -> None:
+        """Move every file of this forward (and ``extra`` files) into ``destination``."""
+        destination.mkdir(parents=True, exist_ok=True)
+        for file_name in self.written:
+            source = self.folder / file_name
+            if source.exists():
+                os.replace(source, destination / file_name)
+        for path in extra:
+            if path.exists():
+                os.replace(path, destination / path.name)
+        self.folder = destination
+        self._dir = str(destination)
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def tree_refs(trees: Iterable[dict[str, Any]]) -> list[str]:
+    """Every safetensors reference held by tensor records in ``trees``."""
+    refs: list[str] = []
+    stack: list[Any] = list(trees)
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            if is_tensor_record(item):
+                value = item.get("value")
+                if isinstance(value, str):
+                    refs.append(value)
+            else:
+                stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return refs

@@ -1,0 +1,179 @@
+"""TensorValue: one recorded tensor (shape, dtype, stats, and its printed lines or its file)."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import TraceFormatError
+from .tensor_file import load_tensor
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+STAT_NAMES = ("mean", "std", "min", "max")
+_NONFINITE_TOKEN = re.compile(r"(?<![A-Za-z_])-?(?:nan|inf)(?![A-Za-z_])")
+_NAN_TOKEN = re.compile(r"(?<![A-Za-z_])nan(?![A-Za-z_])")
+_UNSAFE_IN_REF = ("/", "\\", "\0")
+
+
+def parse_stat(text: str | None) -> float | None:
+    """The number in a stat string such as ``tensor(6.5460e-06, dtype=torch.float16)``."""
+    if not isinstance(text, str) or not text.startswith("tensor("):
+        return None
+    end = text.find(",", 7)
+    if end < 0:
+        end = text.find(")", 7)
+    try:
+        return float(text[7:end])
+    except ValueError:  # "...": a meta tensor has no value
+        return None
+
+
+def is_tensor_record(value: Any) -> bool:
+    """True for the dict the format writes for one tensor (shape, dtype, value, stats)."""
+    return (
+        isinstance(value, dict)
+        and isinstance(value.get("shape"), str)
+        and isinstance(value.get("dtype"), str)
+        and value["shape"].startswith("torch.Size(")
+    )
+
+
+def reference_problem(ref: str) -> str | None:
+    """Why ``ref`` is not a tensor-file reference a trace may hold, or None when it is one.
+
+    A reference names one file beside the JSON file (``./<name>``): never a folder,
+    a parent, an absolute path or another drive. Trace files are shared like any
+    download, so a reference that points elsewhere is refused, not followed.
+    """
+    if not ref.startswith("./"):
+        return f"tensor file reference {ref!r} must start with './'"
+    name = ref[2:]
+    if not name or name in (".", "..") or any(ch in name for ch in _UNSAFE_IN_REF):
+        return f"tensor file reference {ref!r} must name one file beside the trace"
+    return None
+
+
+class TensorValue:
+    """One recorded tensor: shape, dtype, stats, and its values (printed lines or a file).
+
+    ``value`` is the list of printed lines (FULL file with ``use_repr=True``), the
+    relative safetensors reference (``"./X_outputs.safetensors"``), or None in a
+    SUMMARY file. Stats are floats parsed from the stat strings the format writes
+    (transformers writes them for float16/bfloat16/float32 only).
+    """
+
+    __slots__ = ("shape", "dtype", "value", "stats", "base_dir", "_has_value", "mean", "std", "min", "max")
+
+    def __init__(
+        self,
+        shape: tuple[int, ...],
+        dtype: str,
+        value: list[str] | str | None = None,
+        stats: dict[str, str] | None = None,
+        base_dir: Path | None = None,
+        has_value: bool | None = None,
+    ) -> None:
+        self.shape = shape
+        self.dtype = dtype
+        self.value = value
+        self.stats = stats or {}
+        self.base_dir = base_dir
+        self._has_value = value is not None if has_value is None else has_value
+        self.mean = parse_stat(self.stats.get("mean"))
+        self.std = parse_stat(self.stats.get("std"))
+        self.min = parse_stat(self.stats.get("min"))
+        self.max = parse_stat(self.stats.get("max"))
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def lines(self) -> list[str] | None:
+        """The tensor as torch printed it, when the file holds printed values."""
+        return self.value if isinstance(self.value, list) else None
+
+    @property
+    def ref(self) -> str | None:
+        """The relative safetensors reference, when the file holds one."""
+        return self.value if isinstance(self.value, str) else None
+
+    @property
+    def path(self) -> Path | None:
+        """Where the safetensors file of this tensor lives, if it has one (always inside ``base_dir``)."""
+        if self.ref is None or reference_problem(self.ref) is not None:
+            return None
+        base = self.base_dir if self.base_dir is not None else Path(".")
+        return base / self.ref[2:]
+
+    @property
+    def nonfinite(self) -> bool:
+        """True when the tensor holds a NaN or an infinity (by its min/max, else its stats, or its printed values).
+
+        A mean or std that overflowed while min and max are finite (a mask filled with the
+        dtype's lowest value) is not a NaN/inf in the data.
+        """
+        if self.min is not None and self.max is not None:
+            if not (math.isfinite(self.min) and math.isfinite(self.max)):
+                return True
+        else:
+            for number in (self.mean, self.min, self.max):
+                if number is not None and not math.isfinite(number):
+                    return True
+            if self.std is not None and not math.isfinite(self.std) and self.numel > 1:
+                return True
+        lines = self.lines
+        return bool(lines) and any(_NONFINITE_TOKEN.search(line) for line in lines)
+
+    @property
+    def has_nan(self) -> bool:
+        """True when the stats or the printed values show a NaN (min and max propagate NaN)."""
+        if (self.min is not None and math.isnan(self.min)) or (self.max is not None and math.isnan(self.max)):
+            return True
+        lines = self.lines
+        return bool(lines) and any(_NAN_TOKEN.search(line) for line in lines)
+
+    def load(self) -> torch.Tensor:
+        """Read the full tensor from its safetensors file (only when the trace has one).
+
+        The file must be a regular file beside the trace: a link is not followed.
+        """
+        where = self.base_dir or "."
+        if self.ref is None:
+            raise TraceFormatError(
+                where, "this tensor has no safetensors file (trace recorded with use_repr=True or a SUMMARY file)"
+            )
+        problem = reference_problem(self.ref)
+        if problem is not None:
+            raise TraceFormatError(where, problem)
+        path = self.path
+        assert path is not None
+        if os.path.islink(path):
+            raise TraceFormatError(path, "is a link; a trace's tensor files must be plain files beside it")
+        return load_tensor(path)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The tensor record exactly as the file format writes it."""
+        out: dict[str, Any] = {"shape": f"torch.Size({list(self.shape)})", "dtype": self.dtype}
+        if self._has_value:
+            out["value"] = self.value
+        for name in STAT_NAMES:
+            if name in self.stats:
+                out[name] = self.stats[name]
+        return out
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, TensorValue):
+            return NotImplemented
+        return self.to_dict() == other.to_dict()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        stats = "" if self.mean is None else f" mean={self.mean:.4g} std={self.std:.4g}"
+        return f"TensorValue({list(self.shape)}, {self.dtype.replace('torch.', '')}{stats})"

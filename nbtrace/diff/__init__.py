@@ -1,0 +1,1 @@
+"""Comparing two traces: aligning their calls, measuring differences, finding where they part ways."""

@@ -1,0 +1,160 @@
+"""Comparing two traces of the same computation: ``compare(a, b)`` and the Comparison it returns.
+
+``compare`` aligns the calls of ``b`` with those of ``a`` (the reference; see
+``align.py``), compares every aligned tensor pair (``pairing.py``, ``metrics.py``)
+and finds the first divergence (``divergence.py``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..core.load import load_trace
+from ..core.node import Node
+from ..core.trace import Trace
+from .align import Alignment, align
+from .divergence import FirstDivergence, first_divergence
+from .metrics import TensorDiff
+from .pairing import compare_calls, compile_ignore
+from .report import node_report
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas
+
+
+@dataclass
+class Match:
+    """One call of ``a`` and its counterpart in ``b``, with the comparison of their tensors."""
+
+    a: Node
+    b: Node
+    diffs: list[TensorDiff]
+
+    def __iter__(self):  # ``for node_a, node_b in comparison.matches``
+        yield self.a
+        yield self.b
+
+    def verdict(self, io: str | None = None) -> bool | None:
+        """False if some tensor (of ``io``) disagrees, True if all compared agree, None if none compared."""
+        seen = [d.ok for d in self.diffs if (io is None or d.io == io) and d.ok is not None]
+        if not seen:
+            return None
+        return all(seen)
+
+    @property
+    def score(self) -> float | None:
+        """The largest relative difference over this call's tensors."""
+        scores = [d.score for d in self.diffs if d.score is not None]
+        return max(scores, key=lambda v: (math.isnan(v), v)) if scores else None
+
+
+class Comparison:
+    """The comparison of trace ``b`` against the reference ``a``; see ``nbtrace.compare``."""
+
+    def __init__(
+        self, a: Trace, b: Trace, alignment: Alignment, matches: list[Match], rtol, atol, rename, ignore=None
+    ) -> None:
+        self.a = a
+        self.b = b
+        self.alignment = alignment
+        self.matches = matches
+        self.rtol = rtol
+        self.atol = atol
+        self.rename = dict(rename) if rename is not None else None
+        self.ignore = ignore
+        self._by_a = {id(m.a): m for m in matches}
+        self._pruned_a = {id(n) for n in alignment.pruned_a}
+        self.first_divergence: FirstDivergence | None = first_divergence(self)
+        self._report: list[dict[str, Any]] | None = None
+
+    # -- the public view ------------------------------------------------------------
+    @property
+    def unmatched_a(self) -> list[Node]:
+        """Calls of a with no counterpart in b (structure, or layer blocks pruned from b)."""
+        return self.alignment.only_a + self.alignment.pruned_a
+
+    @property
+    def unmatched_b(self) -> list[Node]:
+        """Calls of b with no counterpart in a."""
+        return self.alignment.only_b + self.alignment.pruned_b
+
+    @property
+    def compared(self) -> int:
+        """How many tensor pairs could be compared."""
+        return sum(1 for m in self.matches for d in m.diffs if d.ok is not None)
+
+    @property
+    def agree(self) -> bool:
+        """True when tensors could be compared and none disagrees."""
+        return self.first_divergence is None and self.compared > 0
+
+    def match_of(self, node: Node) -> Match | None:
+        """The match of one of a's calls, or None."""
+        return self._by_a.get(id(node))
+
+    def node_report(self) -> list[dict[str, Any]]:
+        """One dict per call of ``a.nodes()``: ``status``, ``b_path``, ``score`` (and ``module_path``).
+
+        ``status`` is "first" (the first divergence), "diverged" (a tensor of this
+        call disagrees, or a call inside it does), "match", "only_a" (no counterpart
+        in b) or "no_data" (nothing to compare: no tensors on both sides, or b was
+        pruned there). ``score`` is the largest relative difference on the call's
+        own tensors (None when none was compared; inf for a shape mismatch).
+        """
+        if self._report is None:
+            self._report = node_report(self)
+        return [dict(row) for row in self._report]
+
+    def to_dataframe(self) -> pandas.DataFrame:
+        """One row per compared tensor pair, plus one per unmatched call (``io`` empty)."""
+        from ..render.compare_frame import comparison_frame
+
+        return comparison_frame(self)
+
+    def summary(self) -> str:
+        """A few lines for a terminal: the verdict, the first divergence, what is unmatched."""
+        from ..render.text import comparison_summary
+
+        return comparison_summary(self)
+
+    def _repr_html_(self) -> str:
+        from ..render.compare_html import comparison_html
+
+        return comparison_html(self)
+
+    def __repr__(self) -> str:
+        verdict = "agree" if self.agree else "diverge" if self.first_divergence else "nothing compared"
+        where = f" at {self.first_divergence.module_path}" if self.first_divergence else ""
+        return f"<Comparison {self.a.model_name} vs {self.b.model_name}: {verdict}{where}>"
+
+
+def compare(
+    a: Trace | str | os.PathLike,
+    b: Trace | str | os.PathLike,
+    *,
+    rename: Mapping[str, str] | None = None,
+    rtol: float | None = None,
+    atol: float | None = None,
+    ignore: str | None = None,
+) -> Comparison:
+    """Compare trace ``b`` against the reference ``a``.
+
+    ``a`` and ``b`` are Traces or anything ``load_trace`` reads. ``rename`` maps
+    regular expressions to replacements applied to b's module paths (root class
+    name included) to pair calls by path; without it calls pair up by call order,
+    shapes and dtypes. ``rtol``/``atol`` override the per-dtype defaults of
+    ``nbtrace.metrics`` (printed values and stats always allow one unit of their
+    last digit). ``ignore`` is a regex: tensors whose argument name
+    (``kwargs.attention_mask``, on either side) matches are not compared. Returns
+    a Comparison; ``.first_divergence`` is None when they agree.
+    """
+    a = load_trace(a)
+    b = load_trace(b)
+    alignment = align(a, b, rename)
+    skip = compile_ignore(ignore)
+    matches = [Match(x, y, compare_calls(x, y, rtol, atol, skip)) for x, y in alignment.pairs]
+    return Comparison(a, b, alignment, matches, rtol, atol, rename, ignore)

@@ -1,0 +1,279 @@
+"""How far apart two recorded tensors are, and whether that counts as agreeing.
+
+Three bases, strongest first, chosen per tensor pair from what both traces hold:
+
+- ``"tensors"``: both sides have the full tensor (safetensors). ``max_abs`` is
+  ``max|a - b|``, ``max_rel`` is ``max|a - b| / max|a|`` (relative to the largest
+  magnitude in the reference, so elements near zero do not blow it up) and
+  ``cosine`` the cosine similarity of the flattened tensors. They agree when
+  ``max_abs <= atol + rtol * max|a|`` and NaN/inf sit at the same places.
+- ``"printed"``: both sides have torch's printout (``use_repr=True``): every
+  element up to 1000 elements, the edges of bigger tensors. The printed numbers
+  are compared element by element, and the stats too when present.
+- ``"stats"``: only the mean/std/min/max strings.
+
+Printed values and stat strings are rounded (5 significant digits by default),
+so a printed number ``p`` stands for anything within half a unit of its last
+digit (``ulp``). Two printed numbers agree when
+``|p_a - p_b| <= max(ulp_a, ulp_b) + rtol * scale + atol``, with ``scale`` the
+largest magnitude of a's tensor (``max|min|, |max|`` for stats): one unit of
+rounding is never a difference, two are.
+
+Default ``(rtol, atol)`` by dtype (the looser of the two sides' dtypes applies;
+integers and bools must be equal): see ``TOLERANCE``.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from dataclasses import dataclass, field
+
+from ..core.dtypes import is_float, short_dtype
+from ..core.tensor import STAT_NAMES, TensorValue
+
+#: dtype -> default (rtol, atol), relative to the largest magnitude of a's tensor.
+TOLERANCE: dict[str, tuple[float, float]] = {
+    "float64": (1e-10, 1e-12),
+    "float32": (1e-5, 1e-8),
+    "float16": (2e-3, 1e-6),
+    "bfloat16": (1.6e-2, 1e-6),
+}
+_OTHER_FLOAT = (5e-2, 1e-6)  # float8 and anything newer
+_LOOSENESS = {"float64": 1, "float32": 2, "float16": 3, "bfloat16": 4}
+
+_NUMBER = re.compile(
+    r"(?<![\w.])([-+]?)(?:(\d+)(?:\.(\d*))?(?:[eE]([-+]?\d+))?|(inf|nan))(?![\w.])|\b(True|False)\b"
+)
+_TAIL = re.compile(r",\s*(?:dtype|device|grad_fn|requires_grad|size|layout|names)=")
+
+
+def default_tolerance(dtype_a: str, dtype_b: str) -> tuple[float, float]:
+    """The ``(rtol, atol)`` used when the caller gives none (the looser dtype of the two wins)."""
+    a, b = short_dtype(dtype_a), short_dtype(dtype_b)
+    if not (is_float(a) and is_float(b)):
+        return 0.0, 0.0
+    loosest = max((a, b), key=lambda name: _LOOSENESS.get(name, 5))
+    return TOLERANCE.get(loosest, _OTHER_FLOAT)
+
+
+@dataclass
+class TensorDiff:
+    """The comparison of one tensor of ``a`` with its counterpart in ``b``.
+
+    ``score`` is the largest relative difference found (``max_rel`` and the stat
+    differences, each relative to a's largest magnitude); ``ok`` is None when
+    nothing could be compared.
+    """
+
+    io: str
+    arg: str
+    b_arg: str
+    shape: tuple[int, ...]
+    b_shape: tuple[int, ...]
+    dtype: str
+    b_dtype: str
+    basis: str | None = None
+    max_abs: float | None = None
+    max_rel: float | None = None
+    cosine: float | None = None
+    stat_diffs: dict[str, float] = field(default_factory=dict)
+    rtol: float | None = None
+    atol: float | None = None
+    ok: bool | None = None
+    problem: str | None = None
+    excess: float | None = None  # largest difference beyond print rounding, relative to a's scale
+
+    @property
+    def notable(self) -> bool:
+        """Within tolerance, but beyond rounding by more than a tenth of it: a hint of an earlier start."""
+        return bool(self.ok) and self.excess is not None and self.rtol is not None and self.excess > self.rtol / 10
+
+    @property
+    def score(self) -> float | None:
+        found = [v for v in (self.max_rel, *self.stat_diffs.values()) if v is not None]
+        if self.ok is False and self.problem is not None and not found:
+            return math.inf
+        if not found:
+            return None
+        return max(found, key=lambda v: (math.isnan(v), v))
+
+
+def diff_tensors(
+    io: str, arg: str, b_arg: str, a: TensorValue, b: TensorValue, rtol: float | None, atol: float | None
+) -> TensorDiff:
+    """Compare ``a`` (the reference) with ``b`` on the strongest basis both sides allow."""
+    result = TensorDiff(io, arg, b_arg, a.shape, b.shape, short_dtype(a.dtype), short_dtype(b.dtype))
+    if a.shape != b.shape:
+        result.basis = "shape"
+        result.ok = False
+        result.problem = f"shape {list(a.shape)} vs {list(b.shape)}"
+        return result
+    r, t = default_tolerance(a.dtype, b.dtype)
+    result.rtol = r if rtol is None else rtol
+    result.atol = t if atol is None else atol
+    if a.ref is not None and b.ref is not None:
+        _full(result, a, b)
+        return result
+    exact = not (is_float(a.dtype) and is_float(b.dtype))
+    a_values, b_values = printed_numbers(a, exact), printed_numbers(b, exact)
+    have_printed = a_values is not None and b_values is not None and len(a_values) == len(b_values)
+    have_stats = bool(a.stats) and bool(b.stats)
+    if not have_printed and not have_stats:
+        result.rtol = result.atol = None
+        return result
+    result.basis = "printed" if have_printed else "stats"
+    ok = True
+    if have_printed:
+        ok = _printed(result, a_values, b_values) and ok
+    if have_stats:
+        ok = _stats(result, a, b) and ok
+    result.ok = ok
+    return result
+
+
+def _full(result: TensorDiff, a: TensorValue, b: TensorValue) -> None:
+    import torch
+
+    result.basis = "tensors"
+    x = a.load()
+    y = b.load()
+    if x.is_complex() or y.is_complex():
+        x, y = torch.view_as_real(x.to(torch.complex128)), torch.view_as_real(y.to(torch.complex128))
+    x = x.detach().to(torch.float64).reshape(-1)
+    y = y.detach().to(torch.float64).reshape(-1)
+    both = torch.isfinite(x) & torch.isfinite(y)
+    same_special = (x == y) | (torch.isnan(x) & torch.isnan(y))
+    if bool((~both & ~same_special).any()):
+        result.max_abs = result.max_rel = math.inf
+        result.ok = False
+        result.problem = "NaN/inf at different places"
+        return
+    xf, yf = x[both], y[both]
+    if xf.numel() == 0:
+        result.max_abs, result.max_rel, result.ok = 0.0, 0.0, True
+        return
+    delta = (xf - yf).abs().max().item()
+    scale = xf.abs().max().item()
+    result.max_abs = delta
+    result.max_rel = _ratio(delta, scale)
+    norms = xf.norm().item() * yf.norm().item()
+    if norms > 0:
+        result.cosine = max(-1.0, min(1.0, float((xf @ yf).item() / norms)))
+    elif delta == 0:
+        result.cosine = 1.0
+    assert result.rtol is not None and result.atol is not None
+    result.excess = result.max_rel
+    result.ok = delta <= result.atol + result.rtol * scale
+
+
+def _printed(result: TensorDiff, xs: list[tuple[float, float]], ys: list[tuple[float, float]]) -> bool:
+    assert result.rtol is not None and result.atol is not None
+    scale = max((abs(x) for x, _ in xs if math.isfinite(x)), default=0.0)
+    floor = result.rtol * scale + result.atol
+    delta = excess = 0.0
+    dot = nx = ny = 0.0
+    ok = True
+    for (x, ux), (y, uy) in zip(xs, ys):
+        if not (math.isfinite(x) and math.isfinite(y)):
+            if x == y or (math.isnan(x) and math.isnan(y)):
+                continue
+            result.max_abs = result.max_rel = math.inf
+            result.problem = "NaN/inf at different places"
+            return False
+        d = abs(x - y)
+        if d > delta:
+            delta = d
+        beyond = d - max(ux, uy)
+        if beyond > excess:
+            excess = beyond
+        if beyond > floor:
+            ok = False
+        dot += x * y
+        nx += x * x
+        ny += y * y
+    result.max_abs = delta
+    result.max_rel = _ratio(delta, scale)
+    result.excess = max(result.excess or 0.0, _ratio(excess, scale))
+    if nx > 0 and ny > 0:
+        result.cosine = max(-1.0, min(1.0, dot / math.sqrt(nx * ny)))
+    elif delta == 0:
+        result.cosine = 1.0
+    return ok
+
+
+def _stats(result: TensorDiff, a: TensorValue, b: TensorValue) -> bool:
+    assert result.rtol is not None and result.atol is not None
+    edges = [abs(v) for v in (a.min, a.max) if v is not None and math.isfinite(v)]
+    spread = a.std if a.std is not None and math.isfinite(a.std) else 0.0
+    scale = max(edges) if edges else spread
+    ok = True
+    for name in STAT_NAMES:
+        x, y = getattr(a, name), getattr(b, name)
+        if x is None or y is None:
+            continue
+        if name == "std" and a.numel <= 1:  # std of one element is nan on both sides: nothing to compare
+            continue
+        if not (math.isfinite(x) and math.isfinite(y)):
+            same = x == y or (math.isnan(x) and math.isnan(y))
+            result.stat_diffs[name] = 0.0 if same else math.inf
+            ok = ok and same
+            continue
+        delta = abs(x - y)
+        if delta == 0:
+            result.stat_diffs[name] = 0.0
+            continue
+        unit = max(_stat_ulp(a.stats.get(name)), _stat_ulp(b.stats.get(name)))
+        size = max(scale, abs(x))
+        result.stat_diffs[name] = _ratio(delta, size)
+        result.excess = max(result.excess or 0.0, _ratio(max(delta - unit, 0.0), size))
+        ok = ok and delta <= unit + result.rtol * size + result.atol
+    return ok
+
+
+def _ratio(delta: float, scale: float) -> float:
+    if delta == 0:
+        return 0.0
+    return delta / scale if scale > 0 else math.inf
+
+
+def _ulp(match: re.Match[str]) -> float:
+    """One unit in the last printed digit of a number token."""
+    decimals, exponent = match.group(3), match.group(4)
+    return 10.0 ** ((int(exponent) if exponent else 0) - (len(decimals) if decimals else 0))
+
+
+@functools.lru_cache(maxsize=4096)
+def _stat_ulp(text: str | None) -> float:
+    if not text:
+        return 0.0
+    body = text[len("tensor(") :] if text.startswith("tensor(") else text
+    match = _NUMBER.search(body)
+    return _ulp(match) if match is not None and match.group(2) is not None else 0.0
+
+
+def printed_numbers(tensor: TensorValue, exact: bool = False) -> list[tuple[float, float]] | None:
+    """The numbers torch printed for a tensor (``...`` skipped) as ``(value, ulp)``; None without lines.
+
+    ``ulp`` is one unit of the last printed digit (0 with ``exact``: integers, bools).
+    """
+    lines = tensor.lines
+    if not lines:
+        return None
+    text = " ".join(lines)
+    if text.startswith("tensor("):
+        text = text[len("tensor(") :]
+    tail = _TAIL.search(text)
+    if tail is not None:
+        text = text[: tail.start()]
+    numbers: list[tuple[float, float]] = []
+    for match in _NUMBER.finditer(text):
+        word = match.group(6)
+        if word is not None:
+            numbers.append((1.0 if word == "True" else 0.0, 0.0))
+        elif match.group(5) is not None:
+            numbers.append((float(match.group(1) + match.group(5)), 0.0))
+        else:
+            numbers.append((float(match.group(0)), 0.0 if exact else _ulp(match)))
+    return numbers

@@ -1,0 +1,64 @@
+"""Which tensor of one call compares with which tensor of its counterpart."""
+
+from __future__ import annotations
+
+import re
+
+from ..core.dtypes import dtype_kind
+from ..core.node import Node
+from .metrics import TensorDiff, diff_tensors
+
+
+def compile_ignore(ignore: str | None) -> re.Pattern[str] | None:
+    if ignore is None:
+        return None
+    try:
+        return re.compile(ignore)
+    except re.error as exc:
+        raise ValueError(f"ignore: bad regular expression {ignore!r}: {exc}") from None
+
+
+def compare_calls(
+    x: Node, y: Node, rtol: float | None, atol: float | None, ignore: re.Pattern[str] | None = None
+) -> list[TensorDiff]:
+    """Pair the tensors of two calls (inputs with inputs, outputs with outputs) and compare each pair.
+
+    Tensors pair by argument name when shapes agree, else by shape in order,
+    within the same kind (float, int, bool); tensors left over are not compared.
+    A leaf output with the same name but another shape pairs as a shape mismatch.
+    """
+    diffs = []
+    tensors_x, tensors_y = x.tensors(), y.tensors()
+    for io in ("input", "output"):
+        mine = [(arg, t) for kind, arg, t in tensors_x if kind == io and not (ignore and ignore.search(arg))]
+        theirs = [(arg, t) for kind, arg, t in tensors_y if kind == io and not (ignore and ignore.search(arg))]
+        used: set[int] = set()
+        for arg, tensor in mine:
+            pick = _pick(arg, tensor, theirs, used, io)
+            if pick is None:
+                continue
+            used.add(pick)
+            b_arg, other = theirs[pick]
+            diffs.append(diff_tensors(io, arg, b_arg, tensor, other, rtol, atol))
+    return diffs
+
+
+def _pick(arg, tensor, theirs, used, io) -> int | None:
+    kind = dtype_kind(tensor.dtype)
+    fallback = None
+    by_name = None
+    for k, (b_arg, other) in enumerate(theirs):
+        if k in used or dtype_kind(other.dtype) != kind:
+            continue
+        if other.shape == tensor.shape:
+            if b_arg == arg:
+                return k
+            if fallback is None:
+                fallback = k
+        elif b_arg == arg and by_name is None:
+            by_name = k
+    if fallback is not None:
+        return fallback
+    if io == "output" and by_name is not None:
+        return by_name
+    return None

@@ -1,0 +1,39 @@
+"""The status of every call of the reference in a comparison (what the tree views colour)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .comparison import Comparison
+
+#: A call's status in a comparison; render/vocabulary.py gives each its words and colour.
+STATUSES = ("match", "diverged", "first", "only_a", "no_data")
+
+
+def node_report(comparison: Comparison) -> list[dict[str, Any]]:
+    """One dict per call of ``a``: ``module_path``, ``status``, ``b_path``, ``score``."""
+    nodes = comparison.a.nodes()
+    rows: list[dict[str, Any]] = []
+    for node in nodes:
+        match = comparison.match_of(node)
+        if match is None:
+            status = "no_data" if id(node) in comparison._pruned_a else "only_a"
+            rows.append({"module_path": node.module_path, "status": status, "b_path": None, "score": None})
+            continue
+        verdict = match.verdict()
+        status = "diverged" if verdict is False else "match" if verdict else "no_data"
+        rows.append(
+            {"module_path": node.module_path, "status": status, "b_path": match.b.module_path, "score": match.score}
+        )
+    position = {id(node): i for i, node in enumerate(nodes)}
+    for i in range(len(nodes) - 1, -1, -1):  # a call with a diverged call inside is diverged too
+        node = nodes[i]
+        if rows[i]["status"] == "diverged" and node.parent is not None:
+            up = rows[position[id(node.parent)]]
+            if up["status"] in ("match", "no_data"):
+                up["status"] = "diverged"
+    first = comparison.first_divergence
+    if first is not None:
+        rows[position[id(first.node)]]["status"] = "first"
+    return rows

@@ -1,0 +1,155 @@
+"""TraceView: the interactive call-tree widget (anywidget; the ES module and CSS sit beside this file)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import anywidget
+import traitlets
+
+from ..core.load import load_trace
+from ..core.node import Node
+from ..core.trace import Trace
+from .detail import node_detail
+from .payload import tree_payload
+
+_HERE = Path(__file__).parent
+_ACCEPTS = "a Trace, a path to a trace file or folder, or a comparison from nbtrace.compare"
+
+
+def is_comparison(obj: object) -> bool:
+    """True for a comparison (duck-typed: ``.a`` and ``.b`` Traces and ``node_report()``)."""
+    return (
+        isinstance(getattr(obj, "a", None), Trace)
+        and isinstance(getattr(obj, "b", None), Trace)
+        and callable(getattr(obj, "node_report", None))
+    )
+
+
+def resolve_source(source: object) -> tuple[Trace, list[dict[str, Any]] | None]:
+    """The Trace to show and, for a comparison, its node report (one dict per node of ``a``)."""
+    if isinstance(source, Trace):
+        return source, None
+    if isinstance(source, (str, os.PathLike)):
+        return load_trace(source), None
+    if is_comparison(source):
+        report = list(source.node_report())  # type: ignore[attr-defined]
+        trace = source.a  # type: ignore[attr-defined]
+        if len(report) != len(trace.nodes()):
+            raise ValueError(
+                f"the comparison's node_report() has {len(report)} entries but trace a has {len(trace.nodes())} calls"
+            )
+        return trace, report
+    raise TypeError(f"TraceView needs {_ACCEPTS}; got {type(source).__name__}: {source!r:.80}")
+
+
+class TraceView(anywidget.AnyWidget):
+    """An interactive, virtualized call tree of a Trace (or of trace ``a`` of a comparison).
+
+    ``TraceView(trace)``, ``TraceView("out/")`` or ``TraceView(nbtrace.compare(a, b))``.
+    Click a row (or move with the arrow keys) to select it: ``view.selected`` holds its
+    module path, ``view.selected_node`` the exact call, and the detail pane shows every
+    input and output. ``view.filter`` narrows the tree to matching module paths.
+    """
+
+    _esm = _HERE / "trace_view.js"
+    _css = _HERE / "trace_view.css"
+
+    # The rows payload (see payload.py) as compact JSON: Jupyter's message packer would
+    # otherwise add a space after every one of the ~150,000 numbers of a 20,000-call trace.
+    payload = traitlets.Unicode("{}").tag(sync=True)
+    selected = traitlets.Unicode("").tag(sync=True)
+    selected_row = traitlets.Int(-1).tag(sync=True)
+    filter = traitlets.Unicode("").tag(sync=True)
+    visible_rows = traitlets.Int(18).tag(sync=True)
+
+    def __init__(self, source: Trace | str | os.PathLike | Any, *, expand_depth: int = 2, **kwargs: Any) -> None:
+        trace, report = resolve_source(source)
+        status = [entry.get("status") for entry in report] if report is not None else None
+        payload, row_nodes = tree_payload(trace, status=status, expand_depth=expand_depth)
+        self.trace = trace
+        self.rows = payload  # the payload as a dict, for Python-side inspection
+        self.comparison = source if report is not None else None
+        self._report = report
+        self._row_nodes = row_nodes
+        self._row_of_node = {id(node): row for row, node in enumerate(row_nodes) if node is not None}
+        self._totals = Counter(node.module_path for node in trace.nodes())
+        initial: dict[str, Any] = {}
+        first = payload.get("first_divergence", -1)
+        if first >= 0:
+            node = row_nodes[first]
+            assert node is not None
+            initial = {"selected_row": first, "selected": node.module_path}
+        encoded = json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        super().__init__(payload=encoded, **initial, **kwargs)
+        self.on_msg(self._on_frontend_msg)
+
+    # -- selection ---------------------------------------------------------------
+    @property
+    def selected_node(self) -> Node | None:
+        """The selected call (the exact call when a module path is called more than once)."""
+        if 0 <= self.selected_row < len(self._row_nodes):
+            node = self._row_nodes[self.selected_row]
+            if node is not None and node.module_path == self.selected:
+                return node
+        return self.trace.get(self.selected) if self.selected else None
+
+    @traitlets.observe("selected")
+    def _selected_changed(self, change: dict[str, Any]) -> None:
+        path = change["new"]
+        if not path:
+            self.selected_row = -1
+            return
+        current = self._row_nodes[self.selected_row] if 0 <= self.selected_row < len(self._row_nodes) else None
+        if current is not None and current.module_path == path:
+            return
+        node = self.trace.get(path)
+        if node is None:
+            self.selected = change["old"]
+            raise traitlets.TraitError(f"no module call {path!r} in this trace of {self.trace.model_name}")
+        self.selected_row = self._row_of_node[id(node)]
+
+    # -- details on demand ------------------------------------------------------------
+    def detail(self, row: int) -> dict[str, Any]:
+        """The detail pane's content for payload row ``row`` (what the front end asks for)."""
+        if not 0 <= row < len(self._row_nodes):
+            raise IndexError(f"row {row} is out of range (0..{len(self._row_nodes) - 1})")
+        node = self._row_nodes[row]
+        if node is None:
+            return {"path": "", "marker": True}
+        entry = self._report[node.index] if self._report is not None else None
+        return node_detail(node, self._totals[node.module_path], entry)
+
+    def _on_frontend_msg(self, _widget: Any, content: Any, _buffers: Any) -> None:
+        # NB: never call this `_handle_msg` -- that name is ipywidgets' own comm handler.
+        if not isinstance(content, dict) or content.get("type") != "detail":
+            return
+        row = content.get("row")
+        try:
+            detail = self.detail(int(row))  # type: ignore[arg-type]
+        except (TypeError, ValueError, IndexError) as exc:
+            self.send({"type": "detail", "row": row, "error": str(exc)})
+            return
+        self.send({"type": "detail", "row": row, "detail": detail})
+
+    # -- display -----------------------------------------------------------------------
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        """The widget, plus a static HTML tree for places without a kernel (nbconvert, GitHub)."""
+        bundle = super()._repr_mimebundle_(**kwargs)
+        if bundle is None:
+            return None
+        data, metadata = bundle if isinstance(bundle, tuple) else (bundle, {})
+        from ..render.html import tree_html
+
+        status = [entry.get("status") for entry in self._report] if self._report is not None else None
+        data = dict(data)
+        data["text/html"] = tree_html(self.trace, status=status, max_rows=200)
+        return data, metadata
+
+    def __repr__(self) -> str:
+        kind = "comparison" if self._report is not None else "trace"
+        return f"<TraceView of {kind} {self.trace.model_name}: {len(self.trace)} calls>"

@@ -1,0 +1,1 @@
+"""Showing traces and comparisons: one vocabulary, text, static HTML, tables and plots."""

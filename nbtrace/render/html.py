@@ -1,0 +1,168 @@
+"""Static HTML of a trace: what ``Trace._repr_html_`` shows where no kernel runs.
+
+nbconvert output, GitHub and VS Code render it as is, so it needs no script and
+stays readable when styles are stripped: the tree is drawn with box characters
+in a ``<pre>``-like column, and colours only add emphasis. Comparisons reuse
+``tree_html(trace, status=...)`` to colour each call by its status.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from html import escape
+
+from ..core.dtypes import short_dtype
+from ..core.node import Node
+from ..core.trace import Trace
+from .tree_rows import rows_in_order
+from .vocabulary import BAD as _BAD
+from .vocabulary import MUTED as _MUTED
+from .vocabulary import STATUS_COLOURS, STATUS_WORDS, format_number, gap_label, short_shape
+
+MAX_ROWS = 300
+_CELL = "padding:1px 8px 1px 0;text-align:left;white-space:pre;vertical-align:top"
+_NUM = "padding:1px 8px 1px 0;text-align:right;white-space:pre;vertical-align:top"
+
+
+def _badge(text: str, colour: str) -> str:
+    return (
+        f'<span style="color:#fff;background:{colour};border-radius:3px;padding:0 4px;'
+        f'font-weight:bold">{escape(text)}</span>'
+    )
+
+
+def _prefixes(order: list) -> list[str]:
+    """The box-drawing prefix (``│  ├─ ``) of each row, from the rows' depths."""
+    depths = [item[0] if isinstance(item, tuple) else item.depth for item in order]
+    prefixes: list[str] = []
+    # last[i]: is row i the last among its siblings? A sibling follows at the same depth before any shallower row.
+    last = [True] * len(order)
+    next_at: dict[int, int] = {}
+    for row in range(len(order) - 1, -1, -1):
+        d = depths[row]
+        follower = next_at.get(d)
+        last[row] = follower is None
+        next_at[d] = row
+        for deeper in [k for k in next_at if k > d]:
+            del next_at[deeper]
+    open_levels: list[bool] = []  # per depth: does the ancestor at that depth have later siblings?
+    for row, d in enumerate(depths):
+        if d == 0:
+            prefixes.append("")
+            open_levels = [False]
+            continue
+        del open_levels[d:]
+        guides = "".join("│  " if open_levels[k] else "   " for k in range(1, d))
+        prefixes.append(guides + ("└─ " if last[row] else "├─ "))
+        open_levels.append(not last[row])
+    return prefixes
+
+
+def tree_html(
+    trace: Trace,
+    status: Sequence[str | None] | None = None,
+    max_rows: int = MAX_ROWS,
+    max_depth: int | None = None,
+) -> str:
+    """A static table of the call tree: name, ×N, output shape and dtype, mean, std, flags.
+
+    ``status`` (one entry per node of ``trace.nodes()``: "match", "diverged", "first",
+    "only_a", "no_data" or None) colours each call as a comparison does. At most
+    ``max_rows`` rows (call order) and ``max_depth`` levels are shown; the rest is counted.
+    """
+    nodes = trace.nodes()
+    if status is not None and len(status) != len(nodes):
+        raise ValueError(f"status has {len(status)} entries but the trace has {len(nodes)} calls")
+    totals = Counter(node.module_path for node in nodes)
+    order = [
+        item
+        for item in rows_in_order(trace)
+        if max_depth is None or (item[0] if isinstance(item, tuple) else item.depth) <= max_depth
+    ]
+    prefixes = _prefixes(order)
+    inside = [0] * len(nodes)  # calls in each node's subtree
+    for node in reversed(nodes):
+        if node.parent is not None:
+            inside[node.parent.index] += inside[node.index] + 1
+    shown = order[:max_rows]
+    rows: list[str] = []
+    for item, prefix in zip(shown, prefixes):
+        if isinstance(item, tuple):
+            _, layer_prefix, first, last = item
+            text = escape(f"{prefix}… {gap_label(layer_prefix, first, last)}")
+            rows.append(f'<tr><td style="{_CELL};color:{_MUTED};font-style:italic" colspan="5">{text}</td></tr>')
+            continue
+        state = status[item.index] if status else None
+        rows.append(_node_row(item, prefix, totals[item.module_path], inside[item.index], state))
+    hidden = len(order) - len(shown)
+    deeper = len(nodes) - sum(1 for item in order if not isinstance(item, tuple))
+    notes = []
+    if hidden > 0:
+        notes.append(f"… {hidden:,} more rows not shown")
+    if deeper > 0:
+        notes.append(f"{deeper:,} calls deeper than depth {max_depth} not shown")
+    if notes:
+        hint = "; ".join(notes) + " (nbtrace.TraceView shows them all)"
+        rows.append(f'<tr><td style="{_CELL};color:{_MUTED}" colspan="5">{escape(hint)}</td></tr>')
+    head = "".join(
+        f'<th style="{style};border-bottom:1px solid {_MUTED}">{name}</th>'
+        for name, style in (("module", _CELL), ("output", _CELL), ("mean", _NUM), ("std", _NUM), ("", _CELL))
+    )
+    return (
+        '<table class="nbtrace-tree" style="border-collapse:collapse;font-family:monospace;font-size:12px;'
+        f'line-height:1.35"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+    )
+
+
+def _node_row(node: Node, prefix: str, calls: int, inside: int, state: str | None) -> str:
+    outputs = node.output_tensors()
+    name = f"<b>{escape(node.label)}</b>" if node.parent is None else escape(node.label)
+    if calls > 1:
+        name += f' <span style="color:{_MUTED}">×{calls} (call {node.call_index + 1})</span>'
+    output = mean = std = ""
+    if outputs:
+        first = outputs[0]
+        output = escape(f"{short_shape(first.shape)} {short_dtype(first.dtype)}")
+        if len(outputs) > 1:
+            output += escape(f" +{len(outputs) - 1}")
+        mean, std = format_number(first.mean), format_number(first.std)
+        if first.mean is None:
+            mean = std = ""
+    elif node.children:
+        output = f'<span style="color:{_MUTED}">{inside:,} calls</span>'
+    flags: list[str] = []
+    if node.nonfinite:
+        flags.append(_badge("NaN/inf", _BAD))
+    if node.error is not None:
+        message = f"{node.error.get('type', 'error')}: {node.error.get('message', '')}"
+        flags.append(_badge("error", _BAD) + f' <span style="color:{_BAD}">{escape(message[:200])}</span>')
+    style = _CELL
+    if state in STATUS_COLOURS:
+        colour, words = STATUS_COLOURS[state], STATUS_WORDS[state]
+        style += f";color:{colour}"
+        if state == "first":
+            style += ";font-weight:bold"
+            flags.insert(0, _badge(f"◀ {words}", colour))
+        elif state != "match":
+            flags.insert(0, f'<span style="color:{colour}">{escape(words)}</span>')
+    title = escape(node.module_path, quote=True)
+    return (
+        f'<tr title="{title}"><td style="{style}">{escape(prefix)}{name}</td>'
+        f'<td style="{_CELL}">{output}</td><td style="{_NUM}">{mean}</td><td style="{_NUM}">{std}</td>'
+        f'<td style="{_CELL}">{" ".join(flags)}</td></tr>'
+    )
+
+
+def trace_html(trace: Trace, max_rows: int = MAX_ROWS) -> str:
+    """A header (model, number of calls, FULL/SUMMARY, file) and the static tree of ``trace``."""
+    facts = [f"{len(trace):,} module calls", trace.kind.upper()]
+    bad = trace.first_nonfinite()
+    if bad is not None:
+        facts.append(f'<span style="color:{_BAD}">first NaN/inf: {escape(bad.module_path)}</span>')
+    errors = trace.errors()
+    if errors:
+        facts.append(f'<span style="color:{_BAD}">raised in {escape(errors[-1].module_path)}</span>')
+    source = f'<div style="color:{_MUTED}">{escape(str(trace.source))}</div>' if trace.source else ""
+    header = f"<div><b>Trace of {escape(trace.model_name)}</b> · {' · '.join(facts)}</div>{source}"
+    return f'<div class="nbtrace-static" style="font-size:12px">{header}{tree_html(trace, max_rows=max_rows)}</div>'

@@ -1,0 +1,1 @@
+"""Models and traces built from code for the tests (nothing is downloaded)."""
