@@ -16,11 +16,12 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..core.sidecar import sidecar_path
 from ..core.trace import Trace
 from .prune import prune_intermediate_layers, prune_outputs_of_parents
 from .serialize import Serializer, sanitize
 from .speculate import Frame, Speculation, numbered_containers
-from .write import TensorStore, tree_refs, write_trace_files
+from .write import TensorStore, tree_refs, write_sidecar, write_trace_files
 
 _MAX_ERROR_MESSAGE = 2000
 
@@ -144,7 +145,8 @@ class Recorder:
         store = self._previous_store
         assert store is not None
         destination = store.folder / f"forward_{len(self._recorded) - 1}"
-        json_files = [previous.source, _summary_path(previous.source)] if previous.source else []
+        source = previous.source
+        json_files = [source, _summary_path(source), sidecar_path(source)] if source is not None else []
         store.move_to(destination, [p for p in json_files if p is not None])
         previous.moved_to(destination)
         self._previous_store = None
@@ -161,12 +163,13 @@ class Recorder:
             if removed:
                 run.store.discard(tree_refs(removed))
             full, _ = write_trace_files(root, run.store.folder, self.class_name)
+            write_sidecar(run.store.folder, self.class_name, run.sidecar)
         except Exception as exc:
             if not failed:
                 raise
             warnings.warn(f"nbtrace could not write the trace of the failed forward: {exc}", stacklevel=3)
             full = None
-        self._recorded.append(_Recorded(root, full, run.store.folder, run.durations))
+        self._recorded.append(_Recorded(root, full, run.store.folder, run.durations, run.sidecar))
         self._previous_store = run.store
 
 
@@ -176,11 +179,14 @@ class _Recorded:
     The drop-in ``model_addition_debugger_context`` never does, so it pays only for the files.
     """
 
-    def __init__(self, tree: dict[str, Any], source: Path | None, base_dir: Path, durations: dict) -> None:
+    def __init__(
+        self, tree: dict[str, Any], source: Path | None, base_dir: Path, durations: dict, sidecar: dict[str, Any]
+    ) -> None:
         self.tree: dict[str, Any] | None = tree
         self.source = source
         self.base_dir = base_dir
         self.durations = durations
+        self.sidecar = sidecar
         self._trace: Trace | None = None
 
     def trace(self) -> Trace:
@@ -189,6 +195,7 @@ class _Recorded:
             trace = Trace.from_tree(self.tree, kind="full", source=self.source, base_dir=self.base_dir)
             for raw, node in zip(_walk_dicts(self.tree), trace.nodes()):
                 node.duration = self.durations.get(id(raw))
+            trace.sidecar = self.sidecar
             self._trace, self.tree, self.durations = trace, None, {}
         return self._trace
 
@@ -216,6 +223,8 @@ class _ForwardRun:
         self.started: dict[int, float] = {}
         self.durations: dict[int, float | None] = {}
         self.speculation = Speculation(containers, serialize)
+        #: sections of nbtrace's sidecar file that features fill during the forward (see core/sidecar.py)
+        self.sidecar: dict[str, Any] = {}
 
     def record(self, node: dict[str, Any], key: str, value: Any, name: str) -> None:
         """Serialize ``value`` into ``node[key]``, or hold it if its layer block may be pruned."""

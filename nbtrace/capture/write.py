@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..core.load import FULL_SUFFIX, SUMMARY_SUFFIX
+from ..core.sidecar import SIDECAR_SUFFIX, sidecar_document
 from ..core.tensor import is_tensor_record
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -157,6 +158,15 @@ def write_trace_files(tree: dict[str, Any], folder: Path, class_name: str) -> tu
     write_atomic(full, encode_tree(tree))
     write_atomic(summary, encode_tree(summary_tree(tree)))
     return full, summary
+
+
+def write_sidecar(folder: Path, class_name: str, sections: dict[str, Any]) -> Path | None:
+    """Write nbtrace's sidecar (``core/sidecar.py``) beside the trace files; nothing when ``sections`` is empty."""
+    if not sections:
+        return None
+    path = folder / f"{class_name}{SIDECAR_SUFFIX}"
+    write_atomic(path, json.dumps(sidecar_document(sections), indent=1, sort_keys=True).encode("utf-8"))
+    return path
 
 
 def safe_file_name(name: str) -> str:

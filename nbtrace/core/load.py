@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import TraceFormatError
+from .sidecar import read_sidecar
 from .trace import Trace
 
 FULL_SUFFIX = "_debug_tree_FULL_TENSORS.json"
@@ -64,7 +65,9 @@ def load_trace(path: str | os.PathLike | Trace) -> Trace:
         if not isinstance(tree, dict):
             raise TraceFormatError(file, f"must hold a JSON object at the top, found {type(tree).__name__}")
         kind = "summary" if file.name.endswith(SUMMARY_SUFFIX) else "full"
-        return Trace.from_tree(tree, kind=kind, source=file, base_dir=file.parent.resolve())
+        trace = Trace.from_tree(tree, kind=kind, source=file, base_dir=file.parent.resolve())
+    trace.sidecar = read_sidecar(file)
+    return trace
 
 
 @contextmanager

@@ -33,6 +33,8 @@ class Trace:
         self.source = Path(source) if source is not None else None
         self.base_dir = Path(base_dir) if base_dir is not None else None
         self._nodes: list[Node] | None = None
+        #: sections of nbtrace's sidecar file (see ``core/sidecar.py``); empty when there is none
+        self.sidecar: dict[str, Any] = {}
 
     # -- construction ---------------------------------------------------------
     @classmethod
