@@ -32,17 +32,21 @@ def _run(folder, monkeypatch=None, section=None, forwards=1):
 
 
 def test_no_sidecar_without_sections(tmp_path):
-    rec = _run(tmp_path)
-    assert not (tmp_path / SIDECAR).exists()
+    import torch
+
+    model = torch.nn.Sequential(torch.nn.ReLU(), torch.nn.Tanh())  # no parameters: nothing to say
+    with nbtrace.trace(model, debug_path=tmp_path) as rec:
+        model(torch.randn(2, 3))
+    assert not (tmp_path / "Sequential_debug_tree_NBTRACE.json").exists()
     assert rec.trace.sidecar == {} and nbtrace.load_trace(tmp_path).sidecar == {}
 
 
 def test_a_section_round_trips_and_moves_with_its_forward(tmp_path, monkeypatch):
     rec = _run(tmp_path, monkeypatch, section={"answer": 42}, forwards=2)
-    assert rec.trace.sidecar == {"test": {"answer": 42}}
-    assert nbtrace.load_trace(tmp_path).sidecar == {"test": {"answer": 42}}
+    assert rec.trace.sidecar["test"] == {"answer": 42}
+    assert nbtrace.load_trace(tmp_path).sidecar["test"] == {"answer": 42}
     assert (tmp_path / "forward_0" / SIDECAR).is_file()
-    assert nbtrace.load_trace(tmp_path / "forward_0").sidecar == {"test": {"answer": 42}}
+    assert nbtrace.load_trace(tmp_path / "forward_0").sidecar["test"] == {"answer": 42}
 
 
 @pytest.mark.parametrize(

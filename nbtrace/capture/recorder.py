@@ -18,6 +18,7 @@ from torch import nn
 
 from ..core.sidecar import sidecar_path
 from ..core.trace import Trace
+from .parameters import ParameterFingerprints
 from .prune import prune_intermediate_layers, prune_outputs_of_parents
 from .serialize import Serializer, sanitize
 from .speculate import Frame, Speculation, numbered_containers
@@ -61,6 +62,7 @@ class Recorder:
         self._run: _ForwardRun | None = None
         self._previous_store: TensorStore | None = None
         self._containers = numbered_containers(model, self.class_name)
+        self._fingerprints = ParameterFingerprints(model, self.class_name)
 
     @property
     def traces(self) -> list[Trace]:
@@ -157,6 +159,7 @@ class Recorder:
             if key in top and top[key]:
                 root[key] = top[key]
         run.durations[id(root)] = run.durations.get(id(top))
+        self._fingerprint_parameters(run)
         removed = prune_intermediate_layers(root) if self.do_prune_layers else []
         prune_outputs_of_parents(root)
         try:
@@ -171,6 +174,16 @@ class Recorder:
             full = None
         self._recorded.append(_Recorded(root, full, run.store.folder, run.durations, run.sidecar))
         self._previous_store = run.store
+
+
+    def _fingerprint_parameters(self, run: _ForwardRun) -> None:
+        """The sidecar's ``parameters`` section (once per forward; unchanged tensors are not recomputed)."""
+        try:
+            section = self._fingerprints.section()
+            if section:
+                run.sidecar["parameters"] = section
+        except Exception as exc:  # a fingerprint must never cost the user their trace
+            warnings.warn(f"nbtrace could not fingerprint the parameters of {self.class_name}: {exc}", stacklevel=4)
 
 
 class _Recorded:
