@@ -160,6 +160,9 @@ def compare(
     a = load_trace(a)
     b = load_trace(b)
     compare_pair = call_comparer(a, b, rtol, atol, compile_ignore(ignore))
-    alignment = align(a, b, rename if rename is not None else ranked_rename(a, b))
+    by_path = ranked_rename(a, b) if rename is None else None
+    alignment = align(a, b, rename if by_path is None else by_path)
+    if by_path is not None:
+        alignment.method = "module path"
     matches = [Match(x, y, compare_pair(x, y)) for x, y in alignment.pairs]
     return Comparison(a, b, alignment, matches, rtol, atol, rename, ignore)
