@@ -117,6 +117,27 @@ def ranked_rename(a: Trace, b: Trace) -> dict[str, str] | None:
     return {f"^{re.escape(b.model_name)}(?=\\.|$)": a.model_name}
 
 
+def _choose(arg: str, candidates: list[tuple[str, bool, bool]], used: set[int], io: str) -> int | None:
+    """The candidate ``(name, fits, same kind)`` to pair with ``arg``, as ``pairing.compare_calls`` pairs:
+    the same name when it fits, else the first that fits; an output of the same name that does not fit
+    pairs too (a shape mismatch). The chosen index is added to ``used``."""
+    fallback = by_name = None
+    for k, (name, fits, same_kind) in enumerate(candidates):
+        if k in used or not same_kind:
+            continue
+        if fits and name == arg:
+            fallback = k
+            break
+        if fits and fallback is None:
+            fallback = k
+        elif not fits and name == arg and by_name is None:
+            by_name = k
+    chosen = fallback if fallback is not None else by_name if io == "output" else None
+    if chosen is not None:
+        used.add(chosen)
+    return chosen
+
+
 class RankedCalls:
     """Compares a call of the whole-tensor side with the same call on every rank of the ranked side."""
 
@@ -125,8 +146,13 @@ class RankedCalls:
         self.ranked_is_b = ranked_is_b
         self.rtol, self.atol, self.ignore = rtol, atol, ignore
         self.nodes = {r: t.nodes() for r, t in sorted(ranked.ranks.items())}
-        infos = {r: distributed_info(t) for r, t in ranked.ranks.items()}
-        self.info: dict[int, DistributedInfo] = {r: i for r, i in infos.items() if i is not None}
+        self.info: dict[int, DistributedInfo] = {}
+        for rank, trace in ranked.ranks.items():
+            info = distributed_info(trace)
+            if info is None:
+                raise ValueError(f"rank {rank}'s trace has no 'distributed' sidecar section: load rank folders "
+                                 "with nbtrace.load_trace(folder)")
+            self.info[rank] = info
         base = self.info[min(self.info)]
         self.world = base.world_size
         self.every_rank = base.recorded == tuple(range(self.world))
@@ -136,18 +162,11 @@ class RankedCalls:
         rank_nodes = {r: nodes[ranked.index] for r, nodes in self.nodes.items()}
         diffs: list[TensorDiff] = []
         for io in ("input", "output"):
-            whole_side = [(arg, t) for kind, arg, t in whole.tensors() if kind == io and not self._skip(arg)]
-            ranked_side = [p for p in self._places(ranked, rank_nodes, io) if not self._skip(p.arg)]
-            used: set[int] = set()
-            mine, theirs = (whole_side, ranked_side) if self.ranked_is_b else (ranked_side, whole_side)
-            for item in mine:
-                pick = self._pick(item, theirs, used, io)
-                if pick is not None:
-                    used.add(pick)
-                    tensor, place = (item[1], theirs[pick]) if self.ranked_is_b else (theirs[pick][1], item)
-                    a_arg = item[0] if self.ranked_is_b else item.arg
-                    b_arg = theirs[pick].arg if self.ranked_is_b else theirs[pick][0]
-                    diffs.append(self._diff(io, a_arg, b_arg, tensor, place))  # type: ignore[arg-type]
+            tensors = [(arg, t) for kind, arg, t in whole.tensors() if kind == io and not self._skip(arg)]
+            places = [p for p in self._places(ranked, rank_nodes, io) if not self._skip(p.arg)]
+            for (arg, tensor), place in self._pairs(tensors, places, io):
+                a_arg, b_arg = (arg, place.arg) if self.ranked_is_b else (place.arg, arg)
+                diffs.append(self._diff(io, a_arg, b_arg, tensor, place))
         return diffs
 
     def _skip(self, arg: str) -> bool:
@@ -162,27 +181,26 @@ class RankedCalls:
             places.append(_Place(arg, pieces, layouts))
         return places
 
-    def _pick(self, item, theirs, used: set[int], io: str) -> int | None:
-        """Same rule as ``pairing.compare_calls``: by name when the shapes fit, else the first that fits."""
-        arg = item[0] if self.ranked_is_b else item.arg
-        fallback = by_name = None
-        for k, other in enumerate(theirs):
-            if k in used:
-                continue
-            whole, place = (item[1], other) if self.ranked_is_b else (other[1], item)
-            other_arg = other.arg if self.ranked_is_b else other[0]
-            if dtype_kind(whole.dtype) != place.kind:
-                continue
-            if place.fits(whole.shape, self.every_rank):
-                if other_arg == arg:
-                    return k
-                if fallback is None:
-                    fallback = k
-            elif other_arg == arg and by_name is None:
-                by_name = k
-        if fallback is not None:
-            return fallback
-        return by_name if io == "output" else None
+    def _pairs(self, tensors: list[tuple[str, TensorValue]], places: list[_Place], io: str
+               ) -> list[tuple[tuple[str, TensorValue], _Place]]:
+        """Which whole tensor goes with which ranked place, walking a's side (the rule of ``pairing.py``)."""
+        def option(tensor: TensorValue, place: _Place) -> tuple[bool, bool]:
+            same_kind = dtype_kind(tensor.dtype) == place.kind
+            return same_kind and place.fits(tensor.shape, self.every_rank), same_kind
+
+        pairs = []
+        used: set[int] = set()
+        if self.ranked_is_b:
+            for arg, tensor in tensors:
+                k = _choose(arg, [(p.arg, *option(tensor, p)) for p in places], used, io)
+                if k is not None:
+                    pairs.append(((arg, tensor), places[k]))
+        else:
+            for place in places:
+                k = _choose(place.arg, [(arg, *option(t, place)) for arg, t in tensors], used, io)
+                if k is not None:
+                    pairs.append((tensors[k], place))
+        return pairs
 
     # -- one tensor ------------------------------------------------------------------------
     def _diff(self, io: str, a_arg: str, b_arg: str, whole: TensorValue, place: _Place) -> ShardedDiff:
@@ -200,8 +218,9 @@ class RankedCalls:
         pieces = {r: p.load() for r, p in place.pieces.items()}
         rtol, atol = default_tolerance(a_dtype, b_dtype)
         rtol, atol = (rtol if self.rtol is None else self.rtol), (atol if self.atol is None else self.atol)
-        finite = reference[reference.isfinite()] if reference.is_floating_point() else reference
-        scale = float(finite.abs().max()) if finite.numel() else 0.0
+        magnitude = reference.abs() if reference.is_complex() else reference.double().abs()
+        finite = magnitude[magnitude.isfinite()]
+        scale = float(finite.max()) if finite.numel() else 0.0
         tol = atol + rtol * scale
         if place.layouts:
             rebuilt, expected, note = self._known(place, pieces, reference)

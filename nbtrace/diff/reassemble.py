@@ -54,6 +54,8 @@ def max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:
         return float("inf")
     if a.numel() == 0:
         return 0.0
+    if a.is_complex() or b.is_complex():
+        return float((a.to(b.dtype if b.is_complex() else a.dtype) - b).abs().max())
     return float((a.double() - b.double()).abs().max())
 
 
