@@ -23,7 +23,6 @@ from tests.tp_runs import single_traces, tp_run
 
 pytestmark = pytest.mark.timeout(900)
 WORLDS = (2, 4)
-CALLS = 30  # module calls of the tiny decoder's trace
 TENSORS = 57  # recorded tensors in it
 
 

@@ -46,10 +46,15 @@ class Recorder:
     """
 
     def __init__(
-        self, model: nn.Module, folder: Path | None, do_prune_layers: bool, use_repr: bool, ranks: RankPlan | None = None
+        self,
+        model: nn.Module,
+        folder: Path | None,
+        do_prune_layers: bool,
+        use_repr: bool,
+        rank_plan: RankPlan | None = None,
     ) -> None:
         self.model = model
-        self.ranks = ranks  # set when the trace gets a ``distributed`` sidecar section
+        self.rank_plan = rank_plan  # set when the trace gets a ``distributed`` sidecar section (ranks.py)
         self.class_name = type(model).__name__
         self.folder = folder
         self.do_prune_layers = do_prune_layers
@@ -135,7 +140,7 @@ class Recorder:
         serializer = Serializer(self.use_repr, store)
         containers = self._containers if self.do_prune_layers else {}
         self._run = _ForwardRun(serializer, store, containers)
-        if self.ranks is not None:
+        if self.rank_plan is not None:
             self._run.layouts = ShardLayouts()
             serializer.on_shard = self._run.layouts.note
 
@@ -159,8 +164,8 @@ class Recorder:
         run.durations[id(root)] = run.durations.get(id(top))
         removed = prune_intermediate_layers(root) if self.do_prune_layers else []
         prune_outputs_of_parents(root)
-        if self.ranks is not None and run.layouts is not None:
-            run.sidecar[DISTRIBUTED] = self.ranks.section(root, run.layouts)
+        if self.rank_plan is not None and run.layouts is not None:
+            run.sidecar[DISTRIBUTED] = self.rank_plan.section(root, run.layouts)
         try:
             if removed:
                 run.store.discard(tree_refs(removed))
