@@ -50,7 +50,7 @@ def _show(args: argparse.Namespace) -> int:
     from .core.load import load_trace
     from .render.text import format_tree
 
-    print(format_tree(load_trace(args.path), max_depth=args.depth, contains=args.filter))
+    print(format_tree(load_trace(args.path, rank=args.rank), max_depth=args.depth, contains=args.filter))
     return 0
 
 
@@ -174,6 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("path", help="a *_debug_tree_*.json file or the folder holding one")
     show.add_argument("--depth", type=int, default=None, help="print the tree this deep only")
     show.add_argument("--filter", default=None, help="only calls whose path contains this text")
+    show.add_argument("--rank", type=int, default=None, help="in a folder of rank_<r> folders: show this rank's trace")
     show.set_defaults(run=_show)
 
     diff = commands.add_parser(
@@ -183,7 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Exit status: 0 they agree, 1 they diverge (or nothing could be compared), 2 bad input.",
     )
     diff.add_argument("a", help="the reference trace (file or folder)")
-    diff.add_argument("b", help="the trace to check (file or folder)")
+    diff.add_argument("b", help="the trace to check (file or folder; a folder of rank_<r> folders is reassembled)")
     diff.add_argument(
         "--rename",
         metavar="FILE",

@@ -16,23 +16,17 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..core.ranks import SECTION as DISTRIBUTED
 from ..core.sidecar import sidecar_path
 from ..core.trace import Trace
 from .parameters import ParameterFingerprints
 from .prune import prune_intermediate_layers, prune_outputs_of_parents
+from .ranks import RankPlan, ShardLayouts
 from .serialize import Serializer, sanitize
 from .speculate import Frame, Speculation, numbered_containers
 from .write import TensorStore, tree_refs, write_sidecar, write_trace_files
 
 _MAX_ERROR_MESSAGE = 2000
-
-
-def is_rank_zero() -> bool:
-    """True unless torch.distributed is initialized and this process is not rank 0."""
-    dist = torch.distributed
-    if not dist.is_available() or not dist.is_initialized():
-        return True
-    return dist.get_rank() == 0
 
 
 def error_record(exc: BaseException) -> dict[str, str]:
@@ -52,8 +46,16 @@ class Recorder:
     completes); ``traces`` holds every top-level forward, in order.
     """
 
-    def __init__(self, model: nn.Module, folder: Path | None, do_prune_layers: bool, use_repr: bool) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        folder: Path | None,
+        do_prune_layers: bool,
+        use_repr: bool,
+        rank_plan: RankPlan | None = None,
+    ) -> None:
         self.model = model
+        self.rank_plan = rank_plan  # set when the trace gets a ``distributed`` sidecar section (ranks.py)
         self.class_name = type(model).__name__
         self.folder = folder
         self.do_prune_layers = do_prune_layers
@@ -140,6 +142,9 @@ class Recorder:
         serializer = Serializer(self.use_repr, store)
         containers = self._containers if self.do_prune_layers else {}
         self._run = _ForwardRun(serializer, store, containers)
+        if self.rank_plan is not None:
+            self._run.layouts = ShardLayouts()
+            serializer.on_shard = self._run.layouts.note
 
     def _keep_previous_forward(self) -> None:
         """Move the files of the previous forward into ``forward_<i>/`` so the next one cannot overwrite them."""
@@ -162,6 +167,8 @@ class Recorder:
         self._fingerprint_parameters(run)
         removed = prune_intermediate_layers(root) if self.do_prune_layers else []
         prune_outputs_of_parents(root)
+        if self.rank_plan is not None and run.layouts is not None:
+            run.sidecar[DISTRIBUTED] = self.rank_plan.section(root, run.layouts)
         try:
             if removed:
                 run.store.discard(tree_refs(removed))
@@ -238,6 +245,8 @@ class _ForwardRun:
         self.speculation = Speculation(containers, serialize)
         #: sections of nbtrace's sidecar file that features fill during the forward (see core/sidecar.py)
         self.sidecar: dict[str, Any] = {}
+        #: the layouts of the DTensors recorded in this forward, when the trace describes its rank (ranks.py)
+        self.layouts: ShardLayouts | None = None
 
     def record(self, node: dict[str, Any], key: str, value: Any, name: str) -> None:
         """Serialize ``value`` into ``node[key]``, or hold it if its layer block may be pruned."""
