@@ -140,7 +140,9 @@ def test_demo_still_works(tmp_path):
 @pytest.mark.parametrize("command", ["diff", "show"])
 def test_a_closed_pipe_keeps_the_exit_status(files, command):
     """`nbtrace diff A B | head` under `set -o pipefail`: the reader stops early, the verdict still comes out."""
-    args = ["diff", str(files / "original"), str(files / "buggy")] if command == "diff" else ["show", str(files / "original")]
+    args = ["diff", str(files / "original"), str(files / "buggy")]
+    if command == "show":
+        args = ["show", str(files / "original")]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     reader, writer = os.pipe()
     os.close(reader)  # the reader has gone before nbtrace writes a byte: every write is a broken pipe
@@ -155,7 +157,8 @@ def test_a_closed_pipe_keeps_the_exit_status(files, command):
 
 def test_pipefail_sees_the_divergence_through_head(files):
     # head -n 0 exits before nbtrace has started writing: the pipe is closed under it, as `| head` does to long output
-    script = f'set -o pipefail; "{sys.executable}" -m nbtrace diff "{files / "original"}" "{files / "buggy"}" | head -n 0'
+    diff = f'"{sys.executable}" -m nbtrace diff "{files / "original"}" "{files / "buggy"}"'
+    script = f"set -o pipefail; {diff} | head -n 0"
     done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=300,
                           env={**os.environ, "PYTHONPATH": str(REPO)})
     assert done.returncode == 1, done.stderr
