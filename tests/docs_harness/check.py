@@ -22,6 +22,7 @@ def run_page(page: Page, folder: Path) -> list[dict]:
     plan.write_text(json.dumps([step.to_json() for step in page.steps]))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     env["MPLBACKEND"] = "Agg"
+    env["IPYTHONDIR"] = str(folder.parent / "ipython")  # the page's own IPython profile and history
     done = subprocess.run(
         [sys.executable, "-m", "tests.docs_harness.runner", str(plan), str(results)],
         cwd=folder, env=env, capture_output=True, text=True, timeout=PAGE_TIMEOUT,
