@@ -2,7 +2,8 @@
 
 Bad input (a missing or broken trace file, rename file or output path) exits with
 status 2 and one line ``nbtrace: error: <file>: <problem>``, never a traceback.
-``diff`` exits 0 when the traces agree and 1 when they diverge.
+``diff`` exits 0 when the traces agree and 1 when they diverge, also when the reader
+of its output stops early (``nbtrace diff A B | head`` under ``set -o pipefail``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,26 @@ class InputError(Exception):
         super().__init__(f"{what}: {problem}")
 
 
+def say(*parts: object) -> None:
+    """Print a line of a command's output. When the reader has gone (``| head`` closed the pipe), the rest
+    of the output is dropped quietly and the command finishes: its exit status is its verdict, not the pipe's.
+    """
+    try:
+        print(*parts, flush=True)
+    except BrokenPipeError:
+        _drop_stdout()
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null, so later prints and the flush at exit do not raise again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no file descriptor (captured output): nothing is left to flush
+        pass
+
+
 def _demo(args: argparse.Namespace) -> int:
     import torch
 
@@ -38,11 +59,11 @@ def _demo(args: argparse.Namespace) -> int:
             model(**inputs)
     result = rec.trace
     assert result is not None
-    print(format_tree(result, max_depth=args.depth))
-    print()
-    print(f"{len(result)} module calls traced; files written to {Path(args.out).resolve()}:")
+    say(format_tree(result, max_depth=args.depth))
+    say()
+    say(f"{len(result)} module calls traced; files written to {Path(args.out).resolve()}:")
     for name in (result.source.name, result.source.name.replace("_FULL_TENSORS", "_SUMMARY")):
-        print(f"  {name}")
+        say(f"  {name}")
     return 0
 
 
@@ -50,7 +71,7 @@ def _show(args: argparse.Namespace) -> int:
     from .core.load import load_trace
     from .render.text import format_tree
 
-    print(format_tree(load_trace(args.path, rank=args.rank), max_depth=args.depth, contains=args.filter))
+    say(format_tree(load_trace(args.path, rank=args.rank), max_depth=args.depth, contains=args.filter))
     return 0
 
 
@@ -107,10 +128,11 @@ def _diff(args: argparse.Namespace) -> int:
         except re.error as exc:
             raise InputError("--ignore", f"bad regular expression {args.ignore!r}: {exc}") from None
     comparison = compare(a, b, rename=rename, rtol=args.rtol, atol=args.atol, ignore=args.ignore)
-    print(comparison.summary())
-    print()
-    print(format_comparison_table(comparison, rows=args.rows))
-    return 0 if comparison.agree else 1
+    verdict = 0 if comparison.agree else 1
+    say(comparison.summary())
+    say()
+    say(format_comparison_table(comparison, rows=args.rows))
+    return verdict
 
 
 def _plot(args: argparse.Namespace) -> int:
@@ -154,7 +176,7 @@ def _plot(args: argparse.Namespace) -> int:
         raise InputError(out, f"cannot be written: {exc.strerror or exc}") from None
     finally:
         tmp.unlink(missing_ok=True)
-    print(f"wrote {out}")
+    say(f"wrote {out}")
     return 0
 
 
@@ -219,12 +241,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (TraceFormatError, InputError) as exc:
         print(f"nbtrace: error: {_one_line(exc)}", file=sys.stderr)
         return 2
-    except BrokenPipeError:  # `nbtrace show x | head`
-        try:
-            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the flush at exit
-        except OSError:
-            pass
-        return 0
 
 
 def _one_line(exc: Exception) -> str:

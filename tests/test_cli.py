@@ -135,3 +135,31 @@ def test_demo_still_works(tmp_path):
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("DemoLM")
     assert (tmp_path / "demo" / "DemoLM_debug_tree_FULL_TENSORS.json").is_file()
+
+
+@pytest.mark.parametrize("command", ["diff", "show"])
+def test_a_closed_pipe_keeps_the_exit_status(files, command):
+    """`nbtrace diff A B | head` under `set -o pipefail`: the reader stops early, the verdict still comes out."""
+    args = ["diff", str(files / "original"), str(files / "buggy")]
+    if command == "show":
+        args = ["show", str(files / "original")]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    reader, writer = os.pipe()
+    os.close(reader)  # the reader has gone before nbtrace writes a byte: every write is a broken pipe
+    try:
+        done = subprocess.run([sys.executable, "-m", "nbtrace", *args], stdout=writer, stderr=subprocess.PIPE,
+                              text=True, timeout=300, env=env)
+    finally:
+        os.close(writer)
+    assert done.returncode == (1 if command == "diff" else 0), done.stderr
+    assert "Traceback" not in done.stderr and "Broken pipe" not in done.stderr, done.stderr
+
+
+def test_pipefail_sees_the_divergence_through_head(files):
+    # head -n 0 exits before nbtrace has started writing: the pipe is closed under it, as `| head` does to long output
+    diff = f'"{sys.executable}" -m nbtrace diff "{files / "original"}" "{files / "buggy"}"'
+    script = f"set -o pipefail; {diff} | head -n 0"
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 1, done.stderr
+    assert done.stderr == ""

@@ -11,12 +11,12 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
-from matplotlib.collections import PolyCollection  # noqa: E402
+from matplotlib.collections import LineCollection, PolyCollection  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 import nbtrace  # noqa: E402
 from nbtrace.demo import build_demo  # noqa: E402
-from nbtrace.render.plot_data import pruned_ranges, stats_table, unrecorded_blocks  # noqa: E402
+from nbtrace.render.plot_data import plan_plot, pruned_ranges, stats_table, unrecorded_blocks  # noqa: E402
 
 
 def _trace(folder, model, inputs, prune=False):
@@ -164,6 +164,49 @@ def test_pruned_layers_are_shaded_not_drawn_as_data(traces, ax):
     assert any("layer 0" in t and "not" in t and "recorded" in t for t in texts)
     data = [line for line in ax.get_lines() if line.get_label() == "DemoLM mean ± std"]
     assert len(data) == 1 and list(data[0].get_xdata()) == [5.0]  # only what the trace holds
+
+
+def _demo_as_nbtrace_demo_writes_it(folder):
+    model, inputs = build_demo()  # `nbtrace demo`: 4 layers, pruned (layers 1-2 left out), printed values
+    return _trace(folder, model, inputs, prune=True)
+
+
+def _words(text) -> str:
+    return " ".join(text.get_text().split())
+
+
+def test_the_demo_pruned_plot_draws_block_outputs_only(tmp_path):
+    """Layer 3's output (recorded as the final norm's input) is the one point; layers 0-2 hold no data."""
+    trace = _demo_as_nbtrace_demo_writes_it(tmp_path)
+    ax = nbtrace.plot_stats(trace, ax=Figure().add_subplot())
+    data_lines = [line for line in ax.get_lines() if line.get_transform() == ax.transData]
+    xs = {float(x) for line in data_lines for x in line.get_xdata()}
+    xs |= {float(x) for c in ax.collections if isinstance(c, PolyCollection) for x in c.get_paths()[0].vertices[:, 0]}
+    bars = [c for c in ax.collections if isinstance(c, LineCollection)]
+    xs |= {float(x) for c in bars for segment in c.get_segments() for x in segment[:, 0]}
+    assert xs == {3.0}  # points, band, error bar: nothing drawn where the trace holds no block output
+    handed_on = trace["DemoLM.norm"].input_tensors()[0]
+    point = next(line for line in data_lines if line.get_label() == "DemoLM mean ± std")
+    assert list(point.get_ydata()) == [handed_on.mean]
+    bar = next(c for c in ax.collections if isinstance(c, LineCollection)).get_segments()[0]
+    assert sorted(bar[:, 1]) == pytest.approx([handed_on.mean - handed_on.std, handed_on.mean + handed_on.std])
+    texts = [_words(t) for t in ax.texts]
+    assert "layers 1–2 pruned" in texts and "layer 0: output not recorded" in texts
+    assert "do_prune_layers=False" in ax.get_xlabel()
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["DemoLM mean ± std"]
+
+
+def test_plan_of_a_pruned_demo_says_what_was_pruned_and_whose(tmp_path, traces):
+    pruned = _demo_as_nbtrace_demo_writes_it(tmp_path)
+    plan = plan_plot(pruned)
+    assert [(line.x, line.y) for line in plan.lines] == [([3.0], [pruned["DemoLM.norm"].input_tensors()[0].mean])]
+    assert plan.pruned == [("layers 1–2 pruned", 1, 2)] and plan.unrecorded == [("layer 0: output not recorded", 0)]
+    assert plan.lines[0].runs == [(0, 1)] and plan.scale == "linear"
+    overlay = plan_plot(traces["full"], compare=traces["pruned"])  # only b is pruned: the words say so
+    assert overlay.pruned == [("layers 1–4 pruned in DemoLM (b)", 1, 4)]
+    assert overlay.unrecorded == [("layer 0: output not recorded in DemoLM (b)", 0)]
+    assert [line.dashed for line in overlay.lines] == [False, True]
+    assert plan_plot(traces["full"]).pruned == [] and "pruned" not in plan_plot(traces["full"]).xlabel
 
 
 def test_compare_overlays_a_second_trace_with_a_legend(traces, ax):

@@ -121,3 +121,22 @@ def test_the_summary_names_differing_weights(reference, tmp_path):
     model, x, a = reference
     summary = nbtrace.compare(a, _trace(port, tmp_path, x)).summary()
     assert "weights that differ (1):" in summary and "Net.down.weight: scaled by 1.01" in summary
+
+
+def test_a_renamed_tensor_is_paired_by_shape_and_a_missing_buffer_is_not_serious(reference, tmp_path):
+    def change(port):
+        weight = port.norm.weight
+        del port.norm.weight
+        port.norm.register_parameter("scale", weight)  # the port's own name; the values are the same
+        port.norm.weight = None
+        port.norm.forward = lambda x: torch.nn.functional.layer_norm(x, (32,), port.norm.scale, port.norm.bias)
+        port.up.register_buffer("table", torch.ones(2))
+
+    findings = _findings(reference, _port(reference, change), tmp_path)
+    assert [(f.module_path, f.name, f.kind, f.serious) for f in findings] == [("Net.up", "table", "extra", False)]
+    scaled = _port(reference, change)
+    with torch.no_grad():
+        scaled.norm.scale.mul_(1.5)
+    findings = _findings(reference, scaled, tmp_path / "scaled")
+    assert [(f.name, f.kind) for f in findings if f.serious] == [("weight", "scaled")]
+    assert "(b: scale)" in str(findings[-1]) or any("(b: scale)" in f.detail for f in findings)

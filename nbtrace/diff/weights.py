@@ -70,20 +70,37 @@ def _module_of(path: str) -> str:
 
 
 def _compare_module(a_path: str, b_path: str, mine: dict, theirs: dict) -> list[WeightFinding]:
+    """Tensors pair by name, then the rest by shape (a port may call ``weight`` ``scale``)."""
     found = []
-    for name in mine:
-        if name not in theirs:
-            found.append(WeightFinding(a_path, b_path, name, "missing", f"{name} exists in a but not in b"))
-    for name in theirs:
-        if name not in mine:
-            found.append(WeightFinding(a_path, b_path, name, "extra", f"{name} exists in b but not in a"))
-    for name in mine:
-        if name in theirs:
-            finding = classify(mine[name], theirs[name])
-            if finding is not None:
-                kind, detail, rel, serious = finding
-                found.append(WeightFinding(a_path, b_path, name, kind, detail, rel, serious))
+    pairs = [(name, name) for name in mine if name in theirs]
+    only_a = [name for name in mine if name not in theirs]
+    only_b = [name for name in theirs if name not in mine]
+    for name in list(only_a):
+        same_shape = [other for other in only_b if theirs[other].get("shape") == mine[name].get("shape")]
+        if same_shape:
+            best = min(same_shape, key=lambda other: _distance(mine[name], theirs[other]))
+            pairs.append((name, best))
+            only_a.remove(name)
+            only_b.remove(best)
+    for name in only_a:
+        serious = mine[name].get("kind") != "buffer"
+        found.append(WeightFinding(a_path, b_path, name, "missing", f"{name} exists in a but not in b", None, serious))
+    for name in only_b:
+        serious = theirs[name].get("kind") != "buffer"
+        found.append(WeightFinding(a_path, b_path, name, "extra", f"{name} exists in b but not in a", None, serious))
+    for name, other in pairs:
+        finding = classify(mine[name], theirs[other])
+        if finding is not None:
+            kind, detail, rel, serious = finding
+            if other != name:
+                detail = f"(b: {other}) {detail}"
+            found.append(WeightFinding(a_path, b_path, name, kind, detail, rel, serious))
     return found
+
+
+def _distance(a: dict, b: dict) -> float:
+    xs, ys = _floats(a.get("samples")), _floats(b.get("samples"))
+    return _rms_diff(xs, ys) if xs and len(xs) == len(ys) else math.inf
 
 
 def classify(a: dict[str, Any], b: dict[str, Any]) -> tuple[str, str, float | None, bool] | None:

@@ -1,0 +1,1 @@
+"""Runs the code blocks of README.md and docs/*.md (see docs/architecture.md, "Tests")."""
