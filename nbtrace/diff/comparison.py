@@ -18,7 +18,9 @@ from ..core.node import Node
 from ..core.trace import Trace
 from .align import Alignment, align
 from .divergence import FirstDivergence, first_divergence
+from .evidence import CallDifference
 from .metrics import TensorDiff
+from .notes import MIN_COVERAGE, comparison_notes
 from .pairing import compile_ignore
 from .ranked import call_comparer, ranked_rename
 from .report import node_report
@@ -35,6 +37,8 @@ class Match:
     a: Node
     b: Node
     diffs: list[TensorDiff]
+    #: own vs inherited difference and the tests' evidence (None where the verdict measured nothing)
+    difference: CallDifference | None = None
 
     def __iter__(self):  # ``for node_a, node_b in comparison.matches``
         yield self.a
@@ -70,9 +74,9 @@ class Comparison:
         self.ignore = ignore
         self._by_a = {id(m.a): m for m in matches}
         self._pruned_a = {id(n) for n in alignment.pruned_a}
-        self.first_divergence: FirstDivergence | None = first_divergence(self)
         self._report: list[dict[str, Any]] | None = None
         self._weights: list[WeightFinding] | None = None
+        self.first_divergence: FirstDivergence | None = first_divergence(self)
 
     # -- the public view ------------------------------------------------------------
     @property
@@ -92,8 +96,27 @@ class Comparison:
 
     @property
     def agree(self) -> bool:
-        """True when tensors could be compared and none disagrees."""
-        return self.first_divergence is None and self.compared > 0
+        """True when the verdict is "agree"."""
+        return self.verdict == "agree"
+
+    @property
+    def verdict(self) -> str:
+        """``"diverge"`` (``first_divergence`` says where), ``"agree"``, or ``"unresolved"``: too little
+        could be aligned or compared to say either (see ``coverage`` and ``notes``)."""
+        if self.first_divergence is not None:
+            return "diverge"
+        return "agree" if self.compared > 0 and self.coverage >= MIN_COVERAGE else "unresolved"
+
+    @property
+    def coverage(self) -> float:
+        """The share of a's calls with a counterpart in b (pruned-away blocks not counted)."""
+        total = len(self.a.nodes()) - len(self.alignment.pruned_a)
+        return len(self.matches) / total if total > 0 else 0.0
+
+    @property
+    def notes(self) -> list[str]:
+        """What limits this comparison, said up front (pruned or printed traces, a poor alignment)."""
+        return comparison_notes(self)
 
     @property
     def weights(self) -> list[WeightFinding]:

@@ -24,7 +24,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..core.node import Node
+from .evidence import Evidence
 from .metrics import TensorDiff
+from .weights import WeightFinding
 
 if TYPE_CHECKING:  # pragma: no cover
     from .comparison import Comparison
@@ -42,6 +44,9 @@ class FirstDivergence:
     explains it in a sentence. When that tensor was reassembled from the ranks of a
     tensor-parallel run, ``rule`` says how (``Shard(2)``, ``Replicate()``, …) and
     ``wrong_ranks`` maps each rank whose own piece differs to its max abs difference.
+    ``confidence`` is ``"certain"`` or ``"likely"``; ``evidence`` holds every test's numbers
+    (``evidence.Evidence``), ``weights`` the differing parameters of the blamed module and
+    the calls inside it, ``replayed`` whether the port was run on the reference's inputs.
     """
 
     module_path: str
@@ -67,6 +72,10 @@ class FirstDivergence:
     earlier: list[tuple[str, str, str, float]] = field(default_factory=list)
     rule: str | None = None
     wrong_ranks: dict[int, float] = field(default_factory=dict)
+    confidence: str = "certain"
+    evidence: list[Evidence] = field(default_factory=list)
+    weights: list[WeightFinding] = field(default_factory=list)
+    replayed: bool = False
 
     @property
     def score(self) -> float | None:
@@ -167,7 +176,22 @@ def first_divergence(comparison: Comparison) -> FirstDivergence | None:
         wrong_ranks=dict(getattr(worst, "wrong_ranks", {})),
     )
     result.reason = _reason(result, how, seen, culprit)
+    result.evidence = [_tolerance_evidence(worst)]
+    inside = {n.module_path for n in culprit.walk()}
+    result.weights = [w for w in comparison.weights if w.serious and w.module_path in inside]
     return result
+
+
+def _tolerance_evidence(worst: TensorDiff) -> Evidence:
+    """The per-element tolerance test that flagged the worst tensor (the verdict of the first round)."""
+    score = worst.score if worst.score is not None else float("inf")
+    threshold = worst.rtol if worst.rtol else 0.0
+    ratio = score / threshold if threshold > 0 else float("inf")
+    sentence = (
+        f"the largest relative difference of {worst.io} {worst.arg} is {score:.3g}, "
+        f"beyond the tolerance {threshold:.3g} for {worst.dtype}"
+    )
+    return Evidence("tolerance", score, threshold, ratio, sentence, "files")
 
 
 def _innermost(events: list[_Event], good: int, bad: int) -> Node:

@@ -184,10 +184,13 @@ def comparison_summary(comparison: Comparison) -> str:
         if len(serious) > 8:
             lines.append(f"  … {len(serious) - 8} more (Comparison.weights)")
     lines += [line for line in (reassembly_line(comparison), one_rank_hint(a, "a"), one_rank_hint(b, "b")) if line]
+    lines.extend(f"note: {note}" for note in comparison.notes)
     if comparison.first_divergence is not None:
         lines.append(describe_divergence(comparison.first_divergence))
     elif comparison.agree:
         lines.append("agree: every compared tensor is within tolerance")
+    elif comparison.compared == 0:
+        lines.append("unresolved: nothing could be compared (no aligned tensors with data on both sides)")
     else:
-        lines.append("nothing could be compared (no aligned tensors with data on both sides)")
+        lines.append(f"unresolved: only {comparison.coverage:.0%} of a's calls were aligned; no verdict")
     return "\n".join(lines)

@@ -1,0 +1,48 @@
+"""A comparison says up front what limits it, and 'agree' is never said when little could be aligned."""
+
+from __future__ import annotations
+
+from torch import nn
+
+import nbtrace
+from nbtrace.demo import build_demo
+
+
+def _trace(model, folder, inputs, **options):
+    with nbtrace.trace(model, debug_path=folder, **options) as rec:
+        model(**inputs)
+    return rec.trace
+
+
+def test_pruned_and_printed_traces_are_named_up_front(tmp_path):
+    model, inputs = build_demo(num_layers=4)
+    a = _trace(model, tmp_path / "a", inputs)
+    b = _trace(model, tmp_path / "b", inputs)
+    c = nbtrace.compare(a, b)
+    assert c.verdict == "agree" and c.coverage == 1.0
+    assert any("do_prune_layers=True" in note for note in c.notes)
+    assert any("use_repr=False" in note for note in c.notes)
+    assert "note: a and b were traced with do_prune_layers=True" in c.summary()
+    exact = nbtrace.compare(
+        _trace(model, tmp_path / "c", inputs, use_repr=False, do_prune_layers=False),
+        _trace(model, tmp_path / "d", inputs, use_repr=False, do_prune_layers=False),
+    )
+    assert exact.notes == [] and exact.verdict == "agree"
+
+
+def test_little_alignment_is_unresolved_not_agree(tmp_path):
+    model, inputs = build_demo(num_layers=2)
+    a = _trace(model, tmp_path / "a", inputs, do_prune_layers=False)
+    other = nn.Sequential(nn.Embedding(256, 64), nn.Linear(64, 7))
+    b = _trace(other, tmp_path / "b", {"input": inputs["input_ids"]}, do_prune_layers=False)
+    c = nbtrace.compare(a, b)
+    assert c.coverage < 0.5 and c.verdict == "unresolved" and not c.agree
+    assert "unresolved" in c.summary() and any("aligned" in note for note in c.notes)
+
+
+def test_a_rename_that_aligns_less_than_none_is_flagged(tmp_path):
+    model, inputs = build_demo(num_layers=2)
+    a = _trace(model, tmp_path / "a", inputs, do_prune_layers=False)
+    b = _trace(model, tmp_path / "b", inputs, do_prune_layers=False)
+    c = nbtrace.compare(a, b, rename={r"layers": "blocks"})
+    assert any("rename aligned" in note for note in c.notes)
