@@ -94,22 +94,32 @@ def read_rename(path: str | os.PathLike) -> dict[str, str]:
 
 
 def _diff(args: argparse.Namespace) -> int:
-    from .core.load import load_trace
-    from .diff.comparison import compare
+    from .core.forwards import forward_files
+    from .diff.step_compare import compare
+    from .diff.steps import StepsComparison
+    from .render.steps_text import format_steps_table
     from .render.text import format_comparison_table
 
     rename = read_rename(args.rename) if args.rename else None
-    a = load_trace(args.a)
-    b = load_trace(args.b)
+    for path in (args.a, args.b):
+        forward_files(path)  # a missing or broken folder is bad input, before anything runs
     if args.ignore is not None:
         try:
             re.compile(args.ignore)
         except re.error as exc:
             raise InputError("--ignore", f"bad regular expression {args.ignore!r}: {exc}") from None
-    comparison = compare(a, b, rename=rename, rtol=args.rtol, atol=args.atol, ignore=args.ignore)
+    comparison = compare(args.a, args.b, rename=rename, rtol=args.rtol, atol=args.atol, ignore=args.ignore)
     print(comparison.summary())
     print()
-    print(format_comparison_table(comparison, rows=args.rows))
+    if isinstance(comparison, StepsComparison):  # folders of several forwards (generate): every step
+        print(format_steps_table(comparison, rows=args.rows))
+        step = comparison.first_step
+        if step is not None and comparison.steps[step].kind != "cache":
+            print()
+            print(f"step {step}:")
+            print(format_comparison_table(comparison.comparison(step), rows=args.rows))
+    else:
+        print(format_comparison_table(comparison, rows=args.rows))
     return 0 if comparison.agree else 1
 
 
@@ -180,6 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
         "diff",
         help="compare trace B against the reference A; exit 0 when they agree, 1 when they diverge",
         description="Compare trace B against the reference A and print the first divergence and a table. "
+        "Folders of several forwards (a traced generate) are compared step by step, forward by forward. "
         "Exit status: 0 they agree, 1 they diverge (or nothing could be compared), 2 bad input.",
     )
     diff.add_argument("a", help="the reference trace (file or folder)")

@@ -39,10 +39,10 @@ def test_no_sidecar_without_sections(tmp_path):
 
 def test_a_section_round_trips_and_moves_with_its_forward(tmp_path, monkeypatch):
     rec = _run(tmp_path, monkeypatch, section={"answer": 42}, forwards=2)
-    assert rec.trace.sidecar == {"test": {"answer": 42}}
-    assert nbtrace.load_trace(tmp_path).sidecar == {"test": {"answer": 42}}
+    assert rec.trace.sidecar["test"] == {"answer": 42}
+    assert nbtrace.load_trace(tmp_path).sidecar["test"] == {"answer": 42}
     assert (tmp_path / "forward_0" / SIDECAR).is_file()
-    assert nbtrace.load_trace(tmp_path / "forward_0").sidecar == {"test": {"answer": 42}}
+    assert nbtrace.load_trace(tmp_path / "forward_0").sidecar["test"] == {"answer": 42}
 
 
 @pytest.mark.parametrize(

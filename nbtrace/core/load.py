@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import TraceFormatError
+from .run import restore_durations
 from .sidecar import read_sidecar
 from .trace import Trace
 
@@ -67,6 +68,7 @@ def load_trace(path: str | os.PathLike | Trace) -> Trace:
         kind = "summary" if file.name.endswith(SUMMARY_SUFFIX) else "full"
         trace = Trace.from_tree(tree, kind=kind, source=file, base_dir=file.parent.resolve())
     trace.sidecar = read_sidecar(file)
+    restore_durations(trace)
     return trace
 
 

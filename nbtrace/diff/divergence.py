@@ -39,7 +39,7 @@ class FirstDivergence:
     ``io`` tensor ``arg`` (``b_arg`` in b); ``max_abs``/``max_rel``/``cosine`` and
     ``stat_diffs`` are the numbers of the worst tensor there (``basis`` says
     whether they come from full tensors, printed values or stats). ``reason``
-    explains it in a sentence.
+    explains it in a sentence. ``step`` is the forward it was found in (0 for a single forward).
     """
 
     module_path: str
@@ -63,6 +63,7 @@ class FirstDivergence:
     pruned: tuple[str, str] | None = None
     b_only_between: list[str] = field(default_factory=list)
     earlier: list[tuple[str, str, str, float]] = field(default_factory=list)
+    step: int = 0
 
     @property
     def score(self) -> float | None:

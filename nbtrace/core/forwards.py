@@ -1,0 +1,134 @@
+"""Every forward a trace folder holds, in order: ``load_traces`` and the files behind it.
+
+``nbtrace.trace`` writes each top-level forward where transformers would (``debug_path``)
+and, when the next one starts, moves it into ``debug_path/forward_<i>/``. A finished run
+of ``n`` forwards (``generate``: the prefill, then one-token steps) is therefore::
+
+    debug_path/forward_0/ … forward_<n-2>/    forwards 0 … n-2
+    debug_path/<Class>_debug_tree_*.json       forward n-1, the last
+
+Each forward of a run carries the run's id and its index in its sidecar (``run.py``), so
+files of another run (an earlier, longer one whose ``forward_<i>/`` were left behind, or a
+folder copied in) are refused with a TraceFormatError instead of being read as steps.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from ..errors import TraceFormatError
+from .load import FULL_SUFFIX, SUMMARY_SUFFIX, find_trace_file, load_trace
+from .run import run_identity
+from .sidecar import read_sidecar
+from .trace import Trace
+
+FORWARD_DIR = re.compile(r"^forward_(\d+)$")
+
+
+def forward_folders(folder: Path) -> dict[int, Path]:
+    """The ``forward_<i>/`` folders directly in ``folder``, by index."""
+    found: dict[int, Path] = {}
+    for child in folder.iterdir():
+        match = FORWARD_DIR.match(child.name)
+        if match and child.is_dir() and not child.is_symlink():
+            found[int(match.group(1))] = child
+    return found
+
+
+def _class_and_suffix(file: Path) -> tuple[str, str]:
+    for suffix in (FULL_SUFFIX, SUMMARY_SUFFIX):
+        if file.name.endswith(suffix):
+            return file.name[: -len(suffix)], suffix
+    raise TraceFormatError(file, f"is not a *{FULL_SUFFIX} or *{SUMMARY_SUFFIX} file")
+
+
+def forward_files(path: str | os.PathLike) -> list[Path]:
+    """The trace file of every forward that ``path`` holds, in order; the folder's own file is the last.
+
+    ``path`` is a trace folder or its FULL or SUMMARY file (then that model's files of that
+    kind are used). A folder without ``forward_<i>/`` holds one forward. Raises
+    TraceFormatError when the ``forward_<i>/`` folders have a gap, one lacks the model's
+    file, or the forwards do not all come from one run.
+    """
+    last = find_trace_file(path)
+    folder = last.parent
+    class_name, suffix = _class_and_suffix(last)
+    numbered = {
+        index: child
+        for index, child in forward_folders(folder).items()
+        if any(child.glob(f"{glob_escape(class_name)}_debug_tree_*.json"))
+    }
+    files: list[Path] = []
+    for index in range(len(numbered)):
+        child = numbered.get(index)
+        if child is None:
+            missing = sorted(set(range(max(numbered) + 1)) - set(numbered))
+            raise TraceFormatError(
+                folder, f"holds forward_<i>/ folders with a gap: {', '.join(f'forward_{m}' for m in missing[:5])} "
+                f"missing (of forward_0 … forward_{max(numbered)})"
+            )
+        file = child / f"{class_name}{suffix}"
+        if not file.is_file():
+            other = FULL_SUFFIX if suffix == SUMMARY_SUFFIX else SUMMARY_SUFFIX
+            file = child / f"{class_name}{other}"
+        if not file.is_file() or file.is_symlink():
+            raise TraceFormatError(child, f"holds no {class_name}{suffix} file (forward {index} of the run)")
+        files.append(file)
+    files.append(last)
+    _check_one_run(files)
+    return files
+
+
+def _check_one_run(files: list[Path]) -> None:
+    """Every forward names the same run and its own position in it (or, written before runs were named, none does)."""
+    if len(files) < 2:
+        return
+    identities = [run_identity(read_sidecar(file)) for file in files]
+    if all(identity is None for identity in identities):
+        return
+    expected = next(identity[0] for identity in identities if identity is not None)
+    for position, (file, identity) in enumerate(zip(files, identities)):
+        if identity is None:
+            problem = "has no run id in its sidecar while the other forwards have one"
+        elif identity[0] != expected:
+            problem = f"belongs to another run ({identity[0][:8]}…, not {expected[:8]}…)"
+        elif identity[1] != position:
+            problem = f"is forward {identity[1]} of its run, but sits at position {position}"
+        else:
+            continue
+        raise TraceFormatError(
+            file,
+            f"{problem}: the folder mixes the files of several runs (forward_<i>/ folders of an earlier run "
+            "left behind or copied in?); trace again into an empty folder",
+        )
+
+
+def glob_escape(text: str) -> str:
+    """``text`` with glob's special characters taken literally."""
+    return re.sub(r"([\[\]*?])", r"[\1]", text)
+
+
+def load_traces(path: str | os.PathLike) -> list[Trace]:
+    """Every forward a trace folder holds, in order: ``forward_0/``, …, then the folder's own (the last).
+
+    ``path`` is a folder, or its FULL or SUMMARY file. For a folder written by one forward,
+    a list of one Trace. ``load_trace(path)`` reads the last one only. Raises
+    TraceFormatError for the folders ``forward_files`` refuses and for broken files.
+    """
+    return [load_trace(file) for file in forward_files(path)]
+
+
+def holds_several_forwards(path: str | os.PathLike) -> bool:
+    """True when ``path`` (a folder or its trace file) holds ``forward_<i>/`` folders of its model."""
+    target = Path(path)
+    folder = target if target.is_dir() else target.parent
+    if not folder.is_dir():
+        return False
+    try:
+        class_name, _ = _class_and_suffix(find_trace_file(target))
+    except TraceFormatError:
+        return False
+    pattern = f"{glob_escape(class_name)}_debug_tree_*.json"
+    return any(any(child.glob(pattern)) for child in forward_folders(folder).values())
