@@ -38,11 +38,16 @@ def test_killing_the_writer_at_random_moments_leaves_only_whole_files(tmp_path):
         finally:
             proc.send_signal(signal.SIGKILL)
             proc.wait()
-        for name in ("DemoLM_debug_tree_FULL_TENSORS.json", "DemoLM_debug_tree_SUMMARY.json"):
+        for name in ("DemoLM_debug_tree_FULL_TENSORS.json", "DemoLM_debug_tree_SUMMARY.json",
+                     "DemoLM_debug_tree_NBTRACE.json"):
             for path in folder.rglob(name):
                 json.loads(path.read_text())  # whole, or it would not parse
                 checked += 1
-        leftovers = [p.name for p in folder.rglob("*.json") if not p.name.endswith(("_FULL_TENSORS.json", "_SUMMARY.json"))]
+        leftovers = [
+            p.name
+            for p in folder.rglob("*.json")
+            if not p.name.endswith(("_FULL_TENSORS.json", "_SUMMARY.json", "_NBTRACE.json"))
+        ]
         assert leftovers == []
     assert checked >= 12
     # the next trace into a folder clears temporary files its dead writers left behind

@@ -42,6 +42,7 @@ def test_trace_yields_the_recorded_tree_and_writes_both_files(tmp_path):
     assert t.model_name == "DemoLM"
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "DemoLM_debug_tree_FULL_TENSORS.json",
+        "DemoLM_debug_tree_NBTRACE.json",  # nbtrace's own sidecar: parameter fingerprints
         "DemoLM_debug_tree_SUMMARY.json",
     ]
     paths = [n.module_path for n in t.nodes()]
@@ -336,6 +337,7 @@ def test_a_truncated_write_never_replaces_a_good_file(tmp_path, monkeypatch):
     assert (tmp_path / "DemoLM_debug_tree_FULL_TENSORS.json").read_bytes() == good
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "DemoLM_debug_tree_FULL_TENSORS.json",
+        "DemoLM_debug_tree_NBTRACE.json",
         "DemoLM_debug_tree_SUMMARY.json",
     ]
 

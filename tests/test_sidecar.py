@@ -32,8 +32,12 @@ def _run(folder, monkeypatch=None, section=None, forwards=1):
 
 
 def test_no_sidecar_without_sections(tmp_path):
-    rec = _run(tmp_path)
-    assert not (tmp_path / SIDECAR).exists()
+    import torch
+
+    model = torch.nn.Sequential(torch.nn.ReLU(), torch.nn.Tanh())  # no parameters: nothing to say
+    with nbtrace.trace(model, debug_path=tmp_path) as rec:
+        model(torch.randn(2, 3))
+    assert not (tmp_path / "Sequential_debug_tree_NBTRACE.json").exists()
     assert rec.trace.sidecar == {} and nbtrace.load_trace(tmp_path).sidecar == {}
 
 

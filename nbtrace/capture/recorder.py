@@ -22,6 +22,7 @@ from ..core.run import RUN_SECTION, run_section
 from ..core.sidecar import sidecar_path
 from ..core.trace import Trace
 from .generation import GenerationProbe
+from .parameters import ParameterFingerprints
 from .prune import prune_intermediate_layers, prune_outputs_of_parents
 from .recorded import Recorded, RecordedTraces
 from .runs import remove_earlier_forwards
@@ -70,6 +71,7 @@ class Recorder:
         self._run: _ForwardRun | None = None
         self._previous_store: TensorStore | None = None
         self._containers = numbered_containers(model, self.class_name)
+        self._fingerprints = ParameterFingerprints(model, self.class_name)
 
     @property
     def traces(self) -> RecordedTraces:
@@ -184,6 +186,7 @@ class Recorder:
             if key in top and top[key]:
                 root[key] = top[key]
         run.durations[id(root)] = run.durations.get(id(top))
+        self._fingerprint_parameters(run)
         removed = prune_intermediate_layers(root) if self.do_prune_layers else []
         prune_outputs_of_parents(root)
         index = len(self._recorded)
@@ -203,6 +206,15 @@ class Recorder:
         recorded.source = full
         self._recorded.append(recorded)
         self._previous_store = run.store
+
+    def _fingerprint_parameters(self, run: _ForwardRun) -> None:
+        """The sidecar's ``parameters`` section (once per forward; unchanged tensors are not recomputed)."""
+        try:
+            section = self._fingerprints.section()
+            if section:
+                run.sidecar["parameters"] = section
+        except Exception as exc:  # a fingerprint must never cost the user their trace
+            warnings.warn(f"nbtrace could not fingerprint the parameters of {self.class_name}: {exc}", stacklevel=4)
 
 
 class _ForwardRun:

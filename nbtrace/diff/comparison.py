@@ -21,6 +21,7 @@ from .divergence import FirstDivergence, first_divergence
 from .metrics import TensorDiff
 from .pairing import compare_calls, compile_ignore
 from .report import node_report
+from .weights import WeightFinding, compare_parameters
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas
@@ -70,6 +71,7 @@ class Comparison:
         self._pruned_a = {id(n) for n in alignment.pruned_a}
         self.first_divergence: FirstDivergence | None = first_divergence(self)
         self._report: list[dict[str, Any]] | None = None
+        self._weights: list[WeightFinding] | None = None
 
     # -- the public view ------------------------------------------------------------
     @property
@@ -91,6 +93,16 @@ class Comparison:
     def agree(self) -> bool:
         """True when tensors could be compared and none disagrees."""
         return self.first_divergence is None and self.compared > 0
+
+    @property
+    def weights(self) -> list[WeightFinding]:
+        """Parameters and buffers of aligned modules that differ, from the traces' fingerprints
+        (nbtrace's sidecar; empty when a trace has none). See ``nbtrace.diff.weights``."""
+        if self._weights is None:
+            a_section = self.a.sidecar.get("parameters", {})
+            b_section = self.b.sidecar.get("parameters", {})
+            self._weights = compare_parameters(self.alignment.pairs, a_section, b_section)
+        return list(self._weights)
 
     def match_of(self, node: Node) -> Match | None:
         """The match of one of a's calls, or None."""

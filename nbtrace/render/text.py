@@ -168,6 +168,12 @@ def comparison_summary(comparison: Comparison) -> str:
         f"aligned {len(comparison.matches)} calls ({comparison.alignment.method}); {comparison.compared} tensor "
         f"pairs compared; unmatched: {len(comparison.unmatched_a)} in a, {len(comparison.unmatched_b)} in b",
     ]
+    serious = [w for w in comparison.weights if w.serious]
+    if serious:
+        lines.append(f"weights that differ ({len(serious)}):")
+        lines.extend(f"  {w}" for w in serious[:8])
+        if len(serious) > 8:
+            lines.append(f"  … {len(serious) - 8} more (Comparison.weights)")
     if comparison.first_divergence is not None:
         lines.append(describe_divergence(comparison.first_divergence))
     elif comparison.agree:

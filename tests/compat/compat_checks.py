@@ -317,7 +317,13 @@ def compare_run(a_dir: str, b_dir: str, cls: str, use_repr: bool, capture: dict 
             res.failures.append(f"{candidate} wrote no {n} in {b_dir} (files: {sorted(b_files)[:10]})")
     if res.harness or res.failures:
         return res
-    odd = sorted(f for f in b_files if not f.endswith(".safetensors") and f not in (full_name, sum_name))
+    sidecar = f"{cls}_debug_tree_NBTRACE.json"  # nbtrace's own documented sidecar (docs/format.md)
+    allowed = (full_name, sum_name, sidecar) if candidate == "nbtrace" else (full_name, sum_name)
+    if sidecar in b_files and candidate == "nbtrace":
+        with open(os.path.join(b_dir, sidecar)) as handle:
+            if json.load(handle).get("format") != "nbtrace-sidecar":
+                res.failures.append(f"{sidecar} in {b_dir} is not nbtrace's sidecar")
+    odd = sorted(f for f in b_files if not f.endswith(".safetensors") and f not in allowed)
     if odd:
         res.failures.append(f"unexpected extra files in {b_dir}: {odd}")
 

@@ -1,0 +1,212 @@
+"""Weights, named directly: which parameters of aligned modules differ between two traces, and how.
+
+Reads the fingerprints of the sidecar's ``parameters`` section (``capture/parameters.py``):
+statistics, a bit checksum, row/column block norms, which narrower dtypes hold the tensor
+exactly, and values at fixed positions (and at the mirrored positions of a square matrix).
+From those alone a difference is classified as one of: missing, extra, shape, transposed,
+scaled, rows (one block of rows off), columns, rounded (as by a lossy dtype round trip),
+dtype (another dtype, values agreeing to its rounding), bits (below what fingerprints
+resolve), perturbed (anything else), with the numbers that show it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from ..core.node import Node
+
+#: unit roundoff of the dtypes a weight can be rounded through
+UNIT_ROUNDOFF = {"float32": 2.0**-24, "bfloat16": 2.0**-8, "float16": 2.0**-11, "float8_e4m3fn": 2.0**-4}
+_IDENTITY = ("checksum", "shape", "dtype", "samples", "mirrored_samples", "row_blocks", "col_blocks")
+_SAME = 1e-6  # relative differences below this are what 7-digit fingerprints cannot resolve
+
+
+@dataclass
+class WeightFinding:
+    """One parameter (or buffer) that differs between an aligned pair of modules.
+
+    ``kind`` names the kind of difference (see the module docstring); ``detail`` says it in
+    a sentence with numbers; ``rel_diff`` estimates ``‖b − a‖ / ‖a‖`` from the sampled
+    values (None when shapes differ); ``serious`` is False for differences a correct port
+    may have (another dtype whose values agree to its rounding, bit-level noise).
+    """
+
+    module_path: str
+    b_path: str | None
+    name: str
+    kind: str
+    detail: str
+    rel_diff: float | None = None
+    serious: bool = True
+
+    def __str__(self) -> str:
+        return f"{self.module_path}.{self.name}: {self.detail}"
+
+
+def compare_parameters(
+    pairs: Iterable[tuple[Node, Node]], a_section: dict[str, Any], b_section: dict[str, Any]
+) -> list[WeightFinding]:
+    """Findings for every aligned pair of calls whose modules' tensors differ (each module once)."""
+    findings: list[WeightFinding] = []
+    seen: set[tuple[str, str]] = set()
+    for x, y in pairs:
+        key = (_module_of(x.module_path), _module_of(y.module_path))
+        if key in seen:
+            continue
+        seen.add(key)
+        mine, theirs = a_section.get(key[0]), b_section.get(key[1])
+        if not isinstance(mine, dict) or not isinstance(theirs, dict):
+            continue
+        findings.extend(_compare_module(key[0], key[1], mine, theirs))
+    return findings
+
+
+def _module_of(path: str) -> str:
+    """The module a call belongs to: the root's call is recorded as ``Class (top-level)`` only in files."""
+    return path.split(" ", 1)[0]
+
+
+def _compare_module(a_path: str, b_path: str, mine: dict, theirs: dict) -> list[WeightFinding]:
+    found = []
+    for name in mine:
+        if name not in theirs:
+            found.append(WeightFinding(a_path, b_path, name, "missing", f"{name} exists in a but not in b"))
+    for name in theirs:
+        if name not in mine:
+            found.append(WeightFinding(a_path, b_path, name, "extra", f"{name} exists in b but not in a"))
+    for name in mine:
+        if name in theirs:
+            finding = classify(mine[name], theirs[name])
+            if finding is not None:
+                kind, detail, rel, serious = finding
+                found.append(WeightFinding(a_path, b_path, name, kind, detail, rel, serious))
+    return found
+
+
+def classify(a: dict[str, Any], b: dict[str, Any]) -> tuple[str, str, float | None, bool] | None:
+    """``(kind, detail, rel_diff, serious)`` for two fingerprints of one tensor, or None when they agree."""
+    if all(a.get(key) == b.get(key) for key in _IDENTITY):  # the bit sum alone misses a permutation
+        return None
+    shape_a, shape_b = a.get("shape"), b.get("shape")
+    if shape_a != shape_b:
+        if _transposed_shapes(a, b):
+            return "transposed", f"stored transposed: shape {shape_b} where a has {shape_a}", None, True
+        return "shape", f"shape {shape_b} where a has {shape_a}", None, True
+    xs, ys = _floats(a.get("samples")), _floats(b.get("samples"))
+    if not xs or len(xs) != len(ys):
+        if a.get("dtype") != b.get("dtype"):
+            return "dtype", f"dtype {b.get('dtype')} where a has {a.get('dtype')}", None, True
+        return "perturbed", "differs (its checksum changed)", None, True
+    rel = _rms_diff(xs, ys)
+    dtype_a, dtype_b = a.get("dtype"), b.get("dtype")
+    if dtype_a != dtype_b:
+        narrower = max((dtype_a, dtype_b), key=lambda d: UNIT_ROUNDOFF.get(d, 0.0))
+        if _within_rounding(xs, ys, narrower):
+            return "dtype", f"dtype {dtype_b} where a has {dtype_a}; values agree to {narrower} rounding", rel, False
+    judged = _shape_of_difference(a, b, xs, ys, rel)
+    if judged is not None:
+        return judged
+    if dtype_a != dtype_b:
+        return "dtype", f"dtype {dtype_b} where a has {dtype_a}, and values differ (relative {_fmt(rel)})", rel, True
+    return "perturbed", f"differs: relative difference {_fmt(rel)} (from {len(xs)} sampled values)", rel, True
+
+
+def _shape_of_difference(a: dict, b: dict, xs: list[float], ys: list[float], rel: float):
+    """Transposed, bit-level, scaled, rows/columns, rounded — the first that explains the difference."""
+    mirrored = _floats(a.get("mirrored_samples"))
+    if mirrored and len(mirrored) == len(ys) and rel > 1e-3 and _rms_diff(mirrored, ys, scale=xs) < 1e-5:
+        return "transposed", "stored transposed (b's values sit at a's mirrored positions)", rel, True
+    if rel < _SAME and _blocks_ratio_spread(a, b, "row_blocks") < _SAME:
+        return "bits", f"differs below 1e-6 relative (bit-level; checksum {b.get('checksum')})", rel, False
+    dot_xy = sum(x * y for x, y in zip(xs, ys))
+    dot_xx = sum(x * x for x in xs)
+    if dot_xx > 0:
+        scale = dot_xy / dot_xx
+        residual = _rms_diff([scale * x for x in xs], ys, scale=xs)
+        floor = max(UNIT_ROUNDOFF.get(b.get("dtype"), 0.0), _SAME)
+        if abs(scale - 1) > 10 * floor and residual < 2 * floor:
+            return "scaled", f"scaled by {scale:.6g} (relative difference {_fmt(rel)})", rel, True
+    for axis, what in (("row_blocks", "rows"), ("col_blocks", "columns")):
+        blocks = _odd_blocks(a, b, axis)
+        if blocks is not None:
+            size = a["shape"][0] if axis == "row_blocks" else int(math.prod(a["shape"][1:]))
+            count = len(a[axis])
+            first = round(blocks[0] * size / count)
+            last = round((blocks[-1] + 1) * size / count) - 1
+            return what, f"{what} {first}–{last} of {size} differ (norm ×{_block_ratio(a, b, axis, blocks):.4g}); " \
+                f"the rest agree", rel, True
+    for narrow in ("float8_e4m3fn", "float16", "bfloat16"):
+        if narrow in b.get("exact_in", []) and narrow not in a.get("exact_in", []) and _within_rounding(xs, ys, narrow):
+            return "rounded", f"rounded through {narrow}, as by a lossy conversion (relative {_fmt(rel)})", rel, True
+    return None
+
+
+def _transposed_shapes(a: dict, b: dict) -> bool:
+    shape_a, shape_b = a.get("shape") or [], b.get("shape") or []
+    if len(shape_a) != 2 or list(reversed(shape_a)) != list(shape_b):
+        return False
+    rows, cols = _floats(a.get("row_blocks")), _floats(b.get("col_blocks"))
+    return bool(rows) and len(rows) == len(cols) and _rms_diff(rows, cols) < 1e-4
+
+
+def _odd_blocks(a: dict, b: dict, axis: str) -> list[int] | None:
+    """Indices of the blocks that differ, when at most half do and the others agree."""
+    xs, ys = _floats(a.get(axis)), _floats(b.get(axis))
+    if len(xs) < 2 or len(xs) != len(ys):
+        return None
+    off = [k for k, (x, y) in enumerate(zip(xs, ys)) if abs(y - x) > 1e-5 * max(abs(x), 1e-30)]
+    if not off or len(off) > len(xs) // 2:
+        return None
+    return off
+
+
+def _block_ratio(a: dict, b: dict, axis: str, blocks: list[int]) -> float:
+    xs, ys = _floats(a[axis]), _floats(b[axis])
+    num = math.sqrt(sum(ys[k] ** 2 for k in blocks))
+    den = math.sqrt(sum(xs[k] ** 2 for k in blocks))
+    return num / den if den > 0 else math.inf
+
+
+def _blocks_ratio_spread(a: dict, b: dict, axis: str) -> float:
+    xs, ys = _floats(a.get(axis)), _floats(b.get(axis))
+    if not xs or len(xs) != len(ys):
+        return 0.0
+    return max((abs(y - x) / max(abs(x), 1e-30) for x, y in zip(xs, ys)), default=0.0)
+
+
+def _within_rounding(xs: list[float], ys: list[float], dtype: str) -> bool:
+    """Every sampled value of b is a's rounded to ``dtype`` (within its unit roundoff)."""
+    unit = UNIT_ROUNDOFF.get(dtype)
+    if unit is None:
+        return False
+    return all(abs(y - x) <= unit * abs(x) * 1.01 + 1e-12 for x, y in zip(xs, ys))
+
+
+def _rms_diff(xs: list[float], ys: list[float], scale: list[float] | None = None) -> float:
+    base = scale if scale is not None else xs
+    norm = math.sqrt(sum(x * x for x in base))
+    diff = math.sqrt(sum((x - y) ** 2 for x, y in zip(xs, ys)))
+    if norm == 0:
+        return 0.0 if diff == 0 else math.inf
+    return diff / norm
+
+
+def _floats(values: Any) -> list[float]:
+    if not isinstance(values, list):
+        return []
+    out = []
+    for value in values:
+        try:
+            out.append(float(value))
+        except (TypeError, ValueError):
+            return []
+    return out if all(math.isfinite(v) for v in out) else []
+
+
+def _fmt(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.3g}"
