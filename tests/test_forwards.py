@@ -31,7 +31,7 @@ def first_input(trace) -> float:
 
 
 def test_load_traces_reads_every_forward_in_order(tmp_path):
-    rec, xs = run(tmp_path, 4)
+    rec, _ = run(tmp_path, 4)
     traces = nbtrace.load_traces(tmp_path)
     assert [first_input(t) for t in traces] == [0.0, 1.0, 2.0, 3.0]
     assert traces == list(rec.traces) and traces[-1] == nbtrace.load_trace(tmp_path)  # load_trace: the last
@@ -83,7 +83,7 @@ def test_forwards_of_two_runs_mixed_in_one_folder_are_refused(tmp_path):
 
 
 def test_recorder_traces_is_a_sequence_read_back_from_the_files(tmp_path):
-    rec, xs = run(tmp_path, 3)
+    rec, _ = run(tmp_path, 3)
     traces = rec.traces
     assert len(traces) == 3 and rec.trace is traces[-1] is traces[2]
     assert [first_input(t) for t in traces] == [0.0, 1.0, 2.0] and traces[:2] == nbtrace.load_traces(tmp_path)[:2]

@@ -12,8 +12,16 @@ import torch
 
 import nbtrace
 from nbtrace.cli import main as cli_main
-from tests.models.generation import BUG_SITES, ROOT, Bug, build_reference, generate, make_port, make_prompt
-from tests.models.generation import trace_generate
+from tests.models.generation import (
+    BUG_SITES,
+    ROOT,
+    Bug,
+    build_reference,
+    generate,
+    make_port,
+    make_prompt,
+    trace_generate,
+)
 
 STEPS = 5  # the prefill and four one-token steps
 SOURCES = ["folder", "list", "recorder"]

@@ -56,7 +56,7 @@ def cache_lengths(cache: Any, layers: list[tuple[torch.Tensor | None, torch.Tens
             try:
                 lengths.append(int(length_of(index)))
                 continue
-            except Exception:  # noqa: BLE001 - a cache we do not understand: fall back to the shape
+            except Exception:  # noqa: BLE001, S110 - a cache we do not understand: its shape tells
                 pass
         lengths.append(int(keys.shape[-2]) if keys is not None and keys.dim() >= 2 else 0)
     return lengths

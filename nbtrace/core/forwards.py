@@ -52,6 +52,11 @@ def forward_files(path: str | os.PathLike) -> list[Path]:
     TraceFormatError when the ``forward_<i>/`` folders have a gap, one lacks the model's
     file, or the forwards do not all come from one run.
     """
+    return [file for file, _ in forwards_with_sidecars(path)]
+
+
+def forwards_with_sidecars(path: str | os.PathLike) -> list[tuple[Path, dict]]:
+    """``forward_files(path)``, each with its sidecar sections (read once, for the checks and for the caller)."""
     last = find_trace_file(path)
     folder = last.parent
     class_name, suffix = _class_and_suffix(last)
@@ -77,15 +82,16 @@ def forward_files(path: str | os.PathLike) -> list[Path]:
             raise TraceFormatError(child, f"holds no {class_name}{suffix} file (forward {index} of the run)")
         files.append(file)
     files.append(last)
-    _check_one_run(files)
-    return files
+    sidecars = [read_sidecar(file) for file in files]
+    _check_one_run(files, sidecars)
+    return list(zip(files, sidecars))
 
 
-def _check_one_run(files: list[Path]) -> None:
+def _check_one_run(files: list[Path], sidecars: list[dict]) -> None:
     """Every forward names the same run and its own position in it (or, written before runs were named, none does)."""
     if len(files) < 2:
         return
-    identities = [run_identity(read_sidecar(file)) for file in files]
+    identities = [run_identity(sidecar) for sidecar in sidecars]
     if all(identity is None for identity in identities):
         return
     expected = next(identity[0] for identity in identities if identity is not None)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any
 
 from .cache_check import CacheDivergence
 from .divergence import FirstDivergence
@@ -23,9 +23,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from .comparison import Comparison
 
 #: where a run first diverges: in a step's trace (a FirstDivergence with its ``step``), or in its KV cache
-StepDivergence = Union[FirstDivergence, CacheDivergence]
+StepDivergence = FirstDivergence | CacheDivergence
 
-Tokens = Union[tuple[int, ...], None]
+Tokens = tuple[int, ...] | None
 
 
 @dataclass
