@@ -47,10 +47,18 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
+    from .core.forwards import forward_files
     from .core.load import load_trace
     from .render.text import format_tree
 
-    print(format_tree(load_trace(args.path), max_depth=args.depth, contains=args.filter))
+    files = forward_files(args.path) if args.step is not None or Path(args.path).is_dir() else [Path(args.path)]
+    step = len(files) - 1 if args.step is None else args.step
+    if not -len(files) <= step < len(files):
+        raise InputError("--step", f"{args.path} holds {len(files)} forward(s): steps 0…{len(files) - 1}")
+    step %= len(files)
+    print(format_tree(load_trace(files[step]), max_depth=args.depth, contains=args.filter))
+    if len(files) > 1:
+        print(f"\n(step {step} of the {len(files)} forwards in {args.path}; --step N shows another)")
     return 0
 
 
@@ -184,6 +192,8 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("path", help="a *_debug_tree_*.json file or the folder holding one")
     show.add_argument("--depth", type=int, default=None, help="print the tree this deep only")
     show.add_argument("--filter", default=None, help="only calls whose path contains this text")
+    show.add_argument("--step", type=int, default=None,
+                      help="for a folder of several forwards (generate): the forward to show (default: the last)")
     show.set_defaults(run=_show)
 
     diff = commands.add_parser(

@@ -161,6 +161,17 @@ def test_nbtrace_diff_compares_every_step_and_names_the_first(runs, capsys, name
         assert out.count(" match") == STEPS
 
 
+def test_nbtrace_show_picks_a_step_and_says_which(runs, capsys):
+    folder = str(runs("reference")[0])
+    assert cli_main(["show", folder, "--depth", "1", "--step", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "lm_head  [1, 1, 256]" in out and "(step 0 of the 5 forwards in" in out
+    assert cli_main(["show", folder, "--depth", "1"]) == 0
+    assert "(step 4 of the 5 forwards in" in capsys.readouterr().out
+    assert cli_main(["show", folder, "--step", "5"]) == 2
+    assert "holds 5 forward(s): steps 0…4" in capsys.readouterr().err
+
+
 def test_generate_still_sees_the_model_signature(reference, prompt, tmp_path):
     """generate inspects forward's parameters (logits_to_keep, position_ids); the traced forward keeps them."""
     before = inspect.signature(reference.forward)

@@ -78,25 +78,28 @@ def statuses(view) -> list[str]:
     return [STATUSES[code - 1] for code in view.rows["status"]]
 
 
+def fastest(action, times: int = 3) -> float:
+    """The shortest of ``times`` runs of ``action`` (seconds): the machine's other work left out."""
+    best = float("inf")
+    for _ in range(times):
+        start = time.perf_counter()
+        action()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
 def test_a_long_run_opens_without_reading_every_step(tmp_path):
     model = seeded(Stack, layers=3)
     with nbtrace.trace(model, debug_path=tmp_path, use_repr=True) as rec:
         for i in range(300):
             model(torch.full((1, 8), float(i)))
-    nbtrace.TraceView(rec.trace)
-    start = time.perf_counter()
-    nbtrace.TraceView(rec.trace)
-    one = time.perf_counter() - start
-    start = time.perf_counter()
-    nbtrace.load_traces(tmp_path)
-    every = time.perf_counter() - start
-    start = time.perf_counter()
+    one = fastest(lambda: nbtrace.TraceView(rec.trace))
+    every = fastest(lambda: nbtrace.load_traces(tmp_path), times=2)
+    opened = fastest(lambda: nbtrace.TraceView(tmp_path))
     view = nbtrace.TraceView(tmp_path)
-    opened = time.perf_counter() - start
-    start = time.perf_counter()
-    view.step = 250
-    switch = time.perf_counter() - start
-    assert view.trace == rec.traces[250]
+    steps = iter([250, 120, 30])
+    switch = fastest(lambda: setattr(view, "step", next(steps)))
+    assert view.trace == rec.traces[30]
     # the picker reads each step's small sidecar, not its trace; a step is read when it is shown
     assert opened < 0.6 * every and switch < 10 * one + 0.05, (one, every, opened, switch)
 

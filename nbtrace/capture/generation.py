@@ -7,7 +7,7 @@ after the forward and at the forward's logits, and returns the ``generation`` se
 nbtrace's sidecar (docs/format.md)::
 
     {"input_length": 1, "tokens": [42], "margins": [1.7],
-     "cache": {"past": [8, 8], "length": [9, 9],
+     "cache": {"dtype": "torch.float32", "past": [8, 8], "length": [9, 9],
                "new_keys": [[mean, std, absmax], …], "new_values": [[…], …]}}
 
 Caches are recognised by shape, not by class: transformers' ``Cache`` objects (``layers``
@@ -136,7 +136,9 @@ class GenerationProbe:
         if layers is not None:
             length = cache_lengths(cache, layers)
             past = self.past if self.past is not None and len(self.past) == len(length) else [0] * len(length)
+            dtype = next((str(k.dtype) for k, _ in layers if k is not None), None)
             section["cache"] = {
+                "dtype": dtype,
                 "past": past,
                 "length": length,
                 "new_keys": [_stats(k, p, n) for (k, _), p, n in zip(layers, past, length)],

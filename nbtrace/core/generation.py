@@ -37,12 +37,14 @@ def _int_list(value: Any) -> list[int] | None:
 @dataclass(frozen=True)
 class CacheFacts:
     """A forward's KV cache, per layer: positions before (``past``) and after (``length``) it, and
-    ``[mean, std, absmax]`` of the keys and values it appended (None where nothing was appended)."""
+    ``[mean, std, absmax]`` of the keys and values it appended (None where nothing was appended), and the
+    cache's dtype (``torch.bfloat16``)."""
 
     past: tuple[int, ...]
     length: tuple[int, ...]
     new_keys: tuple[tuple[float, ...] | None, ...]
     new_values: tuple[tuple[float, ...] | None, ...]
+    dtype: str | None = None
 
     @property
     def appended(self) -> tuple[int, ...]:
@@ -68,8 +70,9 @@ def cache_facts(trace: Trace) -> CacheFacts | None:
     if past is None or length is None or len(past) != len(length):
         return None
     layers = len(length)
+    dtype = cache.get("dtype")
     return CacheFacts(tuple(past), tuple(length), _stat_rows(cache.get("new_keys"), layers),
-                      _stat_rows(cache.get("new_values"), layers))
+                      _stat_rows(cache.get("new_values"), layers), dtype if isinstance(dtype, str) else None)
 
 
 def _root_inputs(trace: Trace) -> dict[str, TensorValue]:

@@ -16,8 +16,10 @@ from ..core.generation import CACHE_ARGUMENTS, CacheFacts
 from ..core.node import Node
 from ..core.paths import role
 from ..core.trace import Trace
+from .metrics import default_tolerance
 
-#: relative tolerance of the appended keys'/values' stats, against their largest magnitude
+#: relative tolerance of the appended keys'/values' stats, against their largest magnitude: at least this,
+#: and twice the default of the cache's dtype (``metrics.TOLERANCE``)
 CACHE_STATS_RTOL = 1e-3
 _STAT_NAMES = ("mean", "std", "absmax")
 
@@ -42,8 +44,9 @@ class CacheDivergence:
         return f"first divergence: {self.module_path}{b}\n  {self.reason}"
 
 
-def cache_difference(a: CacheFacts, b: CacheFacts) -> tuple[int, str] | None:
-    """The first layer whose cache update differs between ``a`` and ``b``, and how; None when they agree.
+def cache_difference(a: CacheFacts, b: CacheFacts) -> tuple[int, str, bool] | None:
+    """The first layer whose cache update differs between ``a`` and ``b``, how, and whether it is in the
+    number of positions appended (True) rather than in what was appended; None when they agree.
 
     Only the update of this step counts (positions appended, their keys' and values' stats):
     a cache that was already longer or shorter before the step was reported when it happened.
@@ -57,7 +60,8 @@ def cache_difference(a: CacheFacts, b: CacheFacts) -> tuple[int, str] | None:
                 f"layer {layer}'s KV cache {what} in b (a appended {grew_a} position{'s' if grew_a != 1 else ''}): "
                 f"after this step it holds {b.length[layer]} positions in b, {a.length[layer]} in a; the step's own "
                 "outputs can still agree, the next step reads the difference"
-            )
+            ), True
+    rtol = max(CACHE_STATS_RTOL, 2 * default_tolerance(a.dtype or "float32", b.dtype or "float32")[0])
     for layer in range(len(a.length)):
         for kind, rows_a, rows_b in (("keys", a.new_keys, b.new_keys), ("values", a.new_values, b.new_values)):
             x, y = rows_a[layer], rows_b[layer]
@@ -65,11 +69,11 @@ def cache_difference(a: CacheFacts, b: CacheFacts) -> tuple[int, str] | None:
                 continue
             scale = max(abs(x[2]), abs(y[2]), 1e-30)
             worst = max(range(3), key=lambda i: abs(x[i] - y[i]))
-            if abs(x[worst] - y[worst]) > CACHE_STATS_RTOL * scale:
+            if abs(x[worst] - y[worst]) > rtol * scale:
                 return layer, (
                     f"the {kind} layer {layer} appended to its KV cache in this step differ: {_STAT_NAMES[worst]} "
                     f"{y[worst]:.4g} in b, {x[worst]:.4g} in a"
-                )
+                ), False
     return None
 
 

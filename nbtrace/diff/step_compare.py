@@ -128,9 +128,11 @@ def _step_result(
         margins=(token_margins(a), token_margins(b)),
     )
     found = cache_difference(*facts) if check_cache and facts[0] is not None and facts[1] is not None else None
-    if found is not None:
-        report.cache_layer, report.cache = found
     first = comparison.first_divergence
+    if found is not None and (first is None or found[2]):  # beside a diverging trace: only a missed update
+        report.cache_layer, report.cache = found[0], found[1]
+    else:
+        found = None
     if first is not None:
         report.status = "diverged"
         report.module_path, report.reason, report.exact = first.module_path, first.reason, first.exact

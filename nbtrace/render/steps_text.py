@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .text import describe_divergence
+from .text import comparison_summary
 from .vocabulary import STATUS_WORDS, format_number
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -65,12 +65,13 @@ def steps_summary(comparison: StepsComparison) -> str:
     if first is not None:
         step = comparison.steps[first.step]
         lines.append(f"first diverging step: {first.step} ({step_kind(step)})")
-        text = describe_divergence(first) if step.kind != "cache" else str(first)
         if step.kind == "cache":
-            text += "\n  (seen in the KV cache update recorded in the sidecar; the step's tensors agree)"
-        elif step.cache:
-            text += f"\n  also: {step.cache}"
-        lines.append(text)
+            lines.append(str(first))
+            lines.append("  (seen in the KV cache update recorded in the sidecar; the step's tensors agree)")
+        else:  # the step's own comparison, in full: weights, numbers, hints
+            lines.append(comparison_summary(comparison.comparison(first.step), first))
+            if step.cache:
+                lines.append(f"  also: {step.cache}")
     elif comparison.first_token_step is not None:
         step = comparison.steps[comparison.first_token_step]
         known = [m for side in step.margins if side for m in side]

@@ -160,8 +160,9 @@ def describe_divergence(div: FirstDivergence) -> str:
     return text
 
 
-def comparison_summary(comparison: Comparison) -> str:
-    """A few lines for a terminal: the verdict, the first divergence, what is unmatched."""
+def comparison_summary(comparison: Comparison, divergence: FirstDivergence | None = None) -> str:
+    """A few lines for a terminal: the verdict, the first divergence (``divergence`` instead, if given), what is
+    unmatched."""
     a, b = comparison.a, comparison.b
     lines = [
         f"a: {a.model_name} ({len(a)} calls)  b: {b.model_name} ({len(b)} calls)",
@@ -175,7 +176,7 @@ def comparison_summary(comparison: Comparison) -> str:
         if len(serious) > 8:
             lines.append(f"  … {len(serious) - 8} more (Comparison.weights)")
     if comparison.first_divergence is not None:
-        lines.append(describe_divergence(comparison.first_divergence))
+        lines.append(describe_divergence(divergence or comparison.first_divergence))
     elif comparison.agree:
         lines.append("agree: every compared tensor is within tolerance")
     else:
