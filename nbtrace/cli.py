@@ -47,18 +47,21 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from .core.forwards import forward_files
+    from .core.forwards import forward_sources, holds_several_forwards
     from .core.load import load_trace
     from .render.text import format_tree
 
-    files = forward_files(args.path) if args.step is not None or Path(args.path).is_dir() else [Path(args.path)]
-    step = len(files) - 1 if args.step is None else args.step
-    if not -len(files) <= step < len(files):
-        raise InputError("--step", f"{args.path} holds {len(files)} forward(s): steps 0…{len(files) - 1}")
-    step %= len(files)
-    print(format_tree(load_trace(files[step]), max_depth=args.depth, contains=args.filter))
-    if len(files) > 1:
-        print(f"\n(step {step} of the {len(files)} forwards in {args.path}; --step N shows another)")
+    if args.step is None and not holds_several_forwards(args.path, args.rank):
+        print(format_tree(load_trace(args.path, rank=args.rank), max_depth=args.depth, contains=args.filter))
+        return 0
+    forwards = forward_sources(args.path, rank=args.rank)
+    step = len(forwards) - 1 if args.step is None else args.step
+    if not -len(forwards) <= step < len(forwards):
+        raise InputError("--step", f"{args.path} holds {len(forwards)} forward(s): steps 0…{len(forwards) - 1}")
+    step %= len(forwards)
+    print(format_tree(load_trace(forwards[step]), max_depth=args.depth, contains=args.filter))
+    if len(forwards) > 1:
+        print(f"\n(step {step} of the {len(forwards)} forwards in {args.path}; --step N shows another)")
     return 0
 
 
@@ -102,7 +105,7 @@ def read_rename(path: str | os.PathLike) -> dict[str, str]:
 
 
 def _diff(args: argparse.Namespace) -> int:
-    from .core.forwards import forward_files
+    from .core.forwards import forward_sources
     from .diff.step_compare import compare
     from .diff.steps import StepsComparison
     from .render.steps_text import format_steps_table
@@ -110,7 +113,7 @@ def _diff(args: argparse.Namespace) -> int:
 
     rename = read_rename(args.rename) if args.rename else None
     for path in (args.a, args.b):
-        forward_files(path)  # a missing or broken folder is bad input, before anything runs
+        forward_sources(path)  # a missing or broken folder is bad input, before anything runs
     if args.ignore is not None:
         try:
             re.compile(args.ignore)
@@ -192,6 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("path", help="a *_debug_tree_*.json file or the folder holding one")
     show.add_argument("--depth", type=int, default=None, help="print the tree this deep only")
     show.add_argument("--filter", default=None, help="only calls whose path contains this text")
+    show.add_argument("--rank", type=int, default=None, help="in a folder of rank_<r> folders: show this rank's trace")
     show.add_argument("--step", type=int, default=None,
                       help="for a folder of several forwards (generate): the forward to show (default: the last)")
     show.set_defaults(run=_show)
@@ -204,7 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Exit status: 0 they agree, 1 they diverge (or nothing could be compared), 2 bad input.",
     )
     diff.add_argument("a", help="the reference trace (file or folder)")
-    diff.add_argument("b", help="the trace to check (file or folder)")
+    diff.add_argument("b", help="the trace to check (file or folder; a folder of rank_<r> folders is reassembled)")
     diff.add_argument(
         "--rename",
         metavar="FILE",

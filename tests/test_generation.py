@@ -201,3 +201,10 @@ def test_two_generate_calls_in_one_block_are_one_run_with_a_note(reference, prom
     assert len(nbtrace.load_traces(tmp_path / "a")) == len(rec_a) == 4
     c = nbtrace.compare(rec_a, tmp_path / "a")
     assert c.agree and any("forward 2 starts with an empty KV cache" in note for note in c.notes)
+
+
+def test_a_run_recorded_per_rank_loads_and_compares_step_by_step(reference, prompt, runs, tmp_path):
+    trace_generate(make_port(reference, Bug.MASK), prompt, STEPS, tmp_path, ranks="all")  # rank_0/forward_<i>/
+    assert len(nbtrace.load_traces(tmp_path)) == len(nbtrace.load_traces(tmp_path, rank=0)) == STEPS
+    c = nbtrace.compare(runs("reference")[0], tmp_path)
+    assert (c.first_divergence.step, c.first_divergence.module_path) == BUG_SITES[Bug.MASK][::-1]

@@ -4,7 +4,8 @@ Every submodule's ``forward`` is wrapped (as transformers does, so direct
 ``module.forward(...)`` calls are seen too) for the duration of the block and
 restored afterwards, whatever happens: ``forward`` goes back into a module's
 ``__dict__`` only if it was there before. Under ``torch.distributed`` only rank 0
-records; other ranks only get the top-level forward run under ``no_grad``.
+records (``ranks=`` chooses others, see ``ranks.py``); other ranks only get the top-level
+forward run under ``no_grad``.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from .recorder import Recorder, is_rank_zero
+from .ranks import Ranks, plan_ranks
+from .recorder import Recorder
 from .write import prepare_debug_dir
 
 _MISSING = object()
@@ -85,6 +87,8 @@ def trace(
     debug_path: str | Path | None = None,
     do_prune_layers: bool = True,
     use_repr: bool = True,
+    *,
+    ranks: Ranks = 0,
 ) -> Iterator[Recorder]:
     """Record every top-level forward of ``model`` inside the block; yields a Recorder.
 
@@ -92,15 +96,20 @@ def trace(
     ``debug_path`` (the working folder when None) after each forward, and keeps
     each forward as a Trace in ``recorder.traces``. A second forward moves the
     previous one's files into ``debug_path/forward_<i>/``.
+
+    Under torch.distributed, ``ranks`` says who records: rank 0 by default, into
+    ``debug_path`` (transformers' behaviour); ``"all"`` or a list of ranks: each of
+    them into ``debug_path/rank_<r>/``, loadable together with ``load_trace(debug_path)``.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    rank_zero = is_rank_zero()
-    folder = prepare_debug_dir(debug_path) if rank_zero else None
-    recorder = Recorder(model, folder, do_prune_layers, use_repr)
+    plan = plan_ranks(ranks)
+    records = plan.records
+    folder = prepare_debug_dir(plan.debug_path(debug_path)) if records else None
+    recorder = Recorder(model, folder, do_prune_layers, use_repr, plan if plan.describes else None)
     patch = _Patch()
     try:
-        if rank_zero:
+        if records:
             class_name = recorder.class_name
             for name, module in model.named_modules():
                 if name:

@@ -18,12 +18,14 @@ import torch
 from torch import nn
 
 from ..core.generation import GENERATION_SECTION
+from ..core.ranks import SECTION as DISTRIBUTED
 from ..core.run import RUN_SECTION, run_section
 from ..core.sidecar import sidecar_path
 from ..core.trace import Trace
 from .generation import GenerationProbe
 from .parameters import ParameterFingerprints
 from .prune import prune_intermediate_layers, prune_outputs_of_parents
+from .ranks import RankPlan, ShardLayouts
 from .recorded import Recorded, RecordedTraces
 from .runs import remove_earlier_forwards
 from .serialize import Serializer, sanitize
@@ -31,14 +33,6 @@ from .speculate import Frame, Speculation, numbered_containers
 from .write import TensorStore, tree_refs, write_sidecar, write_trace_files
 
 _MAX_ERROR_MESSAGE = 2000
-
-
-def is_rank_zero() -> bool:
-    """True unless torch.distributed is initialized and this process is not rank 0."""
-    dist = torch.distributed
-    if not dist.is_available() or not dist.is_initialized():
-        return True
-    return dist.get_rank() == 0
 
 
 def error_record(exc: BaseException) -> dict[str, str]:
@@ -59,8 +53,16 @@ class Recorder:
     ones are read back from their files on access: see ``recorded.py``).
     """
 
-    def __init__(self, model: nn.Module, folder: Path | None, do_prune_layers: bool, use_repr: bool) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        folder: Path | None,
+        do_prune_layers: bool,
+        use_repr: bool,
+        rank_plan: RankPlan | None = None,
+    ) -> None:
         self.model = model
+        self.rank_plan = rank_plan  # set when the trace gets a ``distributed`` sidecar section (ranks.py)
         self.class_name = type(model).__name__
         self.folder = folder
         self.do_prune_layers = do_prune_layers
@@ -153,6 +155,9 @@ class Recorder:
         serializer = Serializer(self.use_repr, store)
         containers = self._containers if self.do_prune_layers else {}
         self._run = _ForwardRun(serializer, store, containers)
+        if self.rank_plan is not None:
+            self._run.layouts = ShardLayouts()
+            serializer.on_shard = self._run.layouts.note
 
     def _keep_previous_forward(self) -> None:
         """Move the files of the previous forward into ``forward_<i>/`` so the next one cannot overwrite them."""
@@ -189,6 +194,8 @@ class Recorder:
         self._fingerprint_parameters(run)
         removed = prune_intermediate_layers(root) if self.do_prune_layers else []
         prune_outputs_of_parents(root)
+        if self.rank_plan is not None and run.layouts is not None:
+            run.sidecar[DISTRIBUTED] = self.rank_plan.section(root, run.layouts)
         index = len(self._recorded)
         recorded = Recorded(index, root, None, run.store.folder, run.durations, run.sidecar, run.generation)
         if index > 0:  # a run of several forwards (forward 0 gets its sections when the second one starts)
@@ -232,6 +239,8 @@ class _ForwardRun:
         self.sidecar: dict[str, Any] = {}
         #: the ``generation`` section (KV cache, picked token) for a run of several forwards (generation.py)
         self.generation: dict[str, Any] | None = None
+        #: the layouts of the DTensors recorded in this forward, when the trace describes its rank (ranks.py)
+        self.layouts: ShardLayouts | None = None
 
     def record(self, node: dict[str, Any], key: str, value: Any, name: str) -> None:
         """Serialize ``value`` into ``node[key]``, or hold it if its layer block may be pruned."""

@@ -57,6 +57,8 @@ class Serializer:
         self.use_repr = use_repr
         self.store = store
         self._seen: dict[int, _Seen] = {}
+        #: called with (record, value) for each value recorded by its local tensor (a DTensor): see ranks.py
+        self.on_shard: Callable[[dict[str, Any], Any], None] | None = None
 
     def __call__(self, value: Any, name: str) -> Any:
         """The JSON structure for ``value``; ``name`` is the base name of its files."""
@@ -70,7 +72,10 @@ class Serializer:
             return {_json_key(key): self._value(item, f"{name}_{key}") for key, item in value.items()}
         local = local_tensor(value)
         if local is not None:
-            return self.tensor(local, name)
+            record = self.tensor(local, name)
+            if self.on_shard is not None:
+                self.on_shard(record, value)
+            return record
         if isinstance(value, torch.Tensor):
             return self.tensor(value, name)
         return _safe_repr(value)
@@ -205,7 +210,15 @@ def _json_key(key: Any) -> Any:
 
 
 def local_tensor(value: Any) -> torch.Tensor | None:
-    """The local shard of a DTensor-like value, else None."""
+    """The local shard of a DTensor-like value, the waited-for tensor of an AsyncCollectiveTensor, else None.
+
+    A RowwiseParallel module hands its caller an ``AsyncCollectiveTensor`` (an all-reduce still in
+    flight); safetensors cannot save the wrapper, and its printout is not the format's, so the
+    recorded value is the tensor it waits for (what any use of it would see).
+    """
+    if type(value).__name__ == "AsyncCollectiveTensor":
+        waited = value.wait()
+        return waited if isinstance(waited, torch.Tensor) and waited is not value else None
     try:
         local = getattr(value, "_local_tensor", None)
     except Exception:

@@ -10,16 +10,21 @@ of ``n`` forwards (``generate``: the prefill, then one-token steps) is therefore
 Each forward of a run carries the run's id and its index in its sidecar (``run.py``), so
 files of another run (an earlier, longer one whose ``forward_<i>/`` were left behind, or a
 folder copied in) are refused with a TraceFormatError instead of being read as steps.
+
+A folder of ``rank_<r>/`` folders (``nbtrace.trace(..., ranks="all")``) holds such a layout per
+rank; its forward ``i`` is every rank's forward ``i``, joined as ``load_trace`` joins ranks.
 """
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 from ..errors import TraceFormatError
 from .load import FULL_SUFFIX, SUMMARY_SUFFIX, find_trace_file, load_trace
+from .ranks import join_ranks, rank_folders, rank_path
 from .run import run_identity
 from .sidecar import read_sidecar
 from .trace import Trace
@@ -116,19 +121,69 @@ def glob_escape(text: str) -> str:
     return re.sub(r"([\[\]*?])", r"[\1]", text)
 
 
-def load_traces(path: str | os.PathLike) -> list[Trace]:
+class JoinedForwards(Sequence[Trace]):
+    """The forwards of a folder of ``rank_<r>/`` folders: forward ``i`` is every rank's forward ``i``, joined."""
+
+    def __init__(self, folder: Path, per_rank: dict[int, list[Path]]) -> None:
+        self.folder = folder
+        self.per_rank = per_rank
+        self._count = len(next(iter(per_rank.values())))
+
+    def __len__(self) -> int:
+        return self._count
+
+    def sources(self) -> list[Path]:
+        """The lowest rank's trace file of each forward (its sidecar holds the step's facts)."""
+        return next(iter(self.per_rank.values()))
+
+    def __getitem__(self, index):  # type: ignore[override]
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self._count))]
+        if not -self._count <= index < self._count:
+            raise IndexError(f"forward {index} is out of range: {self.folder} holds {self._count}")
+        index %= self._count
+        return join_ranks(self.folder, {rank: load_trace(files[index]) for rank, files in self.per_rank.items()})
+
+
+def forward_sources(path: str | os.PathLike, rank: int | None = None) -> Sequence[Path | Trace]:
+    """The forwards ``path`` holds, in order, each a trace file (or, for a folder of ``rank_<r>/`` folders,
+    a Trace joined from the ranks when it is read); ``rank`` picks one rank's folder."""
+    if rank is not None:
+        return forward_files(rank_path(path, rank))
+    ranks = rank_folders(path)
+    if not ranks:
+        return forward_files(path)
+    per_rank = {r: forward_files(folder) for r, folder in ranks.items()}
+    counts = {r: len(files) for r, files in per_rank.items()}
+    if len(set(counts.values())) > 1:
+        held = ", ".join(f"rank {r}: {n}" for r, n in counts.items())
+        raise TraceFormatError(path, f"its ranks hold different numbers of forwards ({held})")
+    return JoinedForwards(Path(path), per_rank)
+
+
+def load_traces(path: str | os.PathLike, rank: int | None = None) -> list[Trace]:
     """Every forward a trace folder holds, in order: ``forward_0/``, …, then the folder's own (the last).
 
     ``path`` is a folder, or its FULL or SUMMARY file. For a folder written by one forward,
-    a list of one Trace. ``load_trace(path)`` reads the last one only. Raises
-    TraceFormatError for the folders ``forward_files`` refuses and for broken files.
+    a list of one Trace. ``load_trace(path)`` reads the last one only. A folder of
+    ``rank_<r>/`` folders gives each forward joined from every rank (``rank=r``: rank r's
+    alone). Raises TraceFormatError for the folders ``forward_files`` refuses and for broken files.
     """
-    return [load_trace(file) for file in forward_files(path)]
+    return [item if isinstance(item, Trace) else load_trace(item) for item in forward_sources(path, rank)]
 
 
-def holds_several_forwards(path: str | os.PathLike) -> bool:
-    """True when ``path`` (a folder or its trace file) holds ``forward_<i>/`` folders of its model."""
+def holds_several_forwards(path: str | os.PathLike, rank: int | None = None) -> bool:
+    """True when ``path`` (a folder or its trace file; a rank's folder with ``rank``) holds ``forward_<i>/``
+    folders of its model."""
     target = Path(path)
+    ranks = rank_folders(target)
+    if rank is not None or ranks:
+        if rank is None:
+            rank = next(iter(ranks))
+        try:
+            target = rank_path(target, rank)
+        except (TraceFormatError, ValueError):
+            return False
     folder = target if target.is_dir() else target.parent
     if not folder.is_dir():
         return False

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import TraceFormatError
+from .ranks import join_ranks, rank_folders, rank_path
 from .run import restore_durations
 from .sidecar import read_sidecar
 from .trace import Trace
@@ -41,14 +42,27 @@ def find_trace_file(path: str | os.PathLike) -> Path:
     raise TraceFormatError(target, f"holds no *{FULL_SUFFIX} or *{SUMMARY_SUFFIX} file")
 
 
-def load_trace(path: str | os.PathLike | Trace) -> Trace:
+def load_trace(path: str | os.PathLike | Trace, rank: int | None = None) -> Trace:
     """Read a FULL or SUMMARY trace file, or the folder that holds them.
 
     Safetensors references resolve lazily (``TensorValue.load()``), relative to
     the file's folder. Anything malformed raises TraceFormatError naming the file.
+    A folder of ``rank_<r>/`` folders (``nbtrace.trace(..., ranks="all")``) loads as
+    its lowest rank's Trace with every rank in ``.ranks``; ``rank=r`` loads rank r's alone.
     """
     if isinstance(path, Trace):
-        return path
+        if rank is None:
+            return path
+        if rank not in path.ranks:
+            raise ValueError(f"rank {rank} is not among the ranks of {path!r}: {sorted(path.ranks)}")
+        return path.ranks[rank]
+    if rank is not None:
+        return load_trace(rank_path(path, rank))
+    folders = rank_folders(path)
+    if folders:
+        if any(Path(path).glob(f"*{FULL_SUFFIX}")) or any(Path(path).glob(f"*{SUMMARY_SUFFIX}")):
+            raise TraceFormatError(path, "holds a trace and rank_<r> folders; pass rank=r, or the trace file")
+        return join_ranks(Path(path), {r: load_trace(folder) for r, folder in folders.items()})
     file = find_trace_file(path)
     try:
         text = file.read_bytes()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 from .paths import is_layer_block_call, layer_number, split_layer_path
@@ -88,9 +88,9 @@ class Node:
         """
         found: list[tuple[str, str, TensorValue]] = []
         if self.inputs is not None:
-            _collect(self.inputs, "", "input", found)
+            found += [("input", place, t) for place, t in leaf_places(self.inputs, "", _is_tensor)]
         if self.outputs is not None:
-            _collect(self.outputs, "out", "output", found)
+            found += [("output", place, t) for place, t in leaf_places(self.outputs, "out", _is_tensor)]
         return found
 
     def output_tensors(self) -> list[TensorValue]:
@@ -200,15 +200,30 @@ class Node:
         return f"<Node {self.module_path}{extra} depth={self.depth} children={len(self.children)}>"
 
 
-def _collect(value: Any, place: str, io: str, found: list) -> None:
-    if isinstance(value, TensorValue):
-        found.append((io, place, value))
+def leaf_places(
+    value: Any, place: str, is_leaf: Callable[[Any], bool], found: list[tuple[str, Any]] | None = None
+) -> list[tuple[str, Any]]:
+    """Every leaf of a nested input or output value with the name of its place, in order.
+
+    The one rule for place names: ``place`` is ``""`` for inputs and ``"out"`` for outputs, and each
+    level adds ``.<key>`` or ``.<index>`` (``args.0``, ``kwargs.attention_mask``, ``out``, ``out.1``).
+    ``is_leaf`` says what a leaf is (a TensorValue here, a tensor record of the JSON tree in capture).
+    """
+    if found is None:
+        found = []
+    if is_leaf(value):
+        found.append((place, value))
     elif isinstance(value, dict):
         for key, item in value.items():
-            _collect(item, f"{place}.{key}" if place else str(key), io, found)
+            leaf_places(item, f"{place}.{key}" if place else str(key), is_leaf, found)
     elif isinstance(value, list):
         for i, item in enumerate(value):
-            _collect(item, f"{place}.{i}" if place else str(i), io, found)
+            leaf_places(item, f"{place}.{i}" if place else str(i), is_leaf, found)
+    return found
+
+
+def _is_tensor(value: Any) -> bool:
+    return isinstance(value, TensorValue)
 
 
 def _plain(value: Any) -> Any:

@@ -35,6 +35,8 @@ class Trace:
         self._nodes: list[Node] | None = None
         #: sections of nbtrace's sidecar file (see ``core/sidecar.py``); empty when there is none
         self.sidecar: dict[str, Any] = {}
+        #: every rank's Trace when this one was loaded from a folder of ``rank_<r>/`` folders (``core/ranks.py``)
+        self.ranks: dict[int, Trace] = {}
 
     # -- construction ---------------------------------------------------------
     @classmethod

@@ -19,7 +19,8 @@ from ..core.trace import Trace
 from .align import Alignment, align
 from .divergence import FirstDivergence, first_divergence
 from .metrics import TensorDiff
-from .pairing import compare_calls, compile_ignore
+from .pairing import compile_ignore
+from .ranked import call_comparer, ranked_rename
 from .report import node_report
 from .weights import WeightFinding, compare_parameters
 
@@ -163,10 +164,17 @@ def compare(
     last digit). ``ignore`` is a regex: tensors whose argument name
     (``kwargs.attention_mask``, on either side) matches are not compared. Returns
     a Comparison; ``.first_divergence`` is None when they agree.
+
+    A side loaded from a folder of ``rank_<r>/`` folders (a tensor-parallel run)
+    has every tensor reassembled from its ranks' pieces first, and calls pair by
+    module path unless ``rename`` is given (``ranked.py``).
     """
     a = load_trace(a)
     b = load_trace(b)
-    alignment = align(a, b, rename)
-    skip = compile_ignore(ignore)
-    matches = [Match(x, y, compare_calls(x, y, rtol, atol, skip)) for x, y in alignment.pairs]
+    compare_pair = call_comparer(a, b, rtol, atol, compile_ignore(ignore))
+    by_path = ranked_rename(a, b) if rename is None else None
+    alignment = align(a, b, rename if by_path is None else by_path)
+    if by_path is not None:
+        alignment.method = "module path"
+    matches = [Match(x, y, compare_pair(x, y)) for x, y in alignment.pairs]
     return Comparison(a, b, alignment, matches, rtol, atol, rename, ignore)

@@ -39,7 +39,10 @@ class FirstDivergence:
     ``io`` tensor ``arg`` (``b_arg`` in b); ``max_abs``/``max_rel``/``cosine`` and
     ``stat_diffs`` are the numbers of the worst tensor there (``basis`` says
     whether they come from full tensors, printed values or stats). ``reason``
-    explains it in a sentence. ``step`` is the forward it was found in (0 for a single forward).
+    explains it in a sentence. When that tensor was reassembled from the ranks of a
+    tensor-parallel run, ``rule`` says how (``Shard(2)``, ``Replicate()``, …) and
+    ``wrong_ranks`` maps each rank whose own piece differs to its max abs difference.
+    ``step`` is the forward it was found in (0 for a single forward).
     """
 
     module_path: str
@@ -63,6 +66,8 @@ class FirstDivergence:
     pruned: tuple[str, str] | None = None
     b_only_between: list[str] = field(default_factory=list)
     earlier: list[tuple[str, str, str, float]] = field(default_factory=list)
+    rule: str | None = None
+    wrong_ranks: dict[int, float] = field(default_factory=dict)
     step: int = 0
 
     @property
@@ -160,6 +165,8 @@ def first_divergence(comparison: Comparison) -> FirstDivergence | None:
         pruned=pruned,
         b_only_between=_b_only_between(comparison, events, good, bad),
         earlier=_earlier_hints(comparison, events, bad),
+        rule=getattr(worst, "rule", None),
+        wrong_ranks=dict(getattr(worst, "wrong_ranks", {})),
     )
     result.reason = _reason(result, how, seen, culprit)
     return result

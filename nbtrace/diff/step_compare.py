@@ -14,7 +14,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from ..core.forwards import forward_files, holds_several_forwards
+from ..core.forwards import forward_sources, holds_several_forwards
 from ..core.generation import cache_facts, fed_tokens, input_length, picked_tokens, token_margins
 from ..core.load import load_trace
 from ..core.trace import Trace
@@ -49,7 +49,7 @@ def step_sources(side: Any, name: str) -> Sequence[Any]:
     if isinstance(side, Trace):
         return [side]
     if isinstance(side, (str, os.PathLike)):
-        return forward_files(side)
+        return forward_sources(side)
     traces = _recorder_traces(side)
     if traces is not None:
         return traces

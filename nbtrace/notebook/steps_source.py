@@ -18,6 +18,7 @@ from typing import Any
 from ..core.forwards import forwards_with_sidecars
 from ..core.generation import GENERATION_SECTION
 from ..core.load import load_trace
+from ..core.ranks import rank_folders
 from ..core.sidecar import read_sidecar
 from ..core.trace import Trace
 from ..diff.step_compare import holds_several, step_sources
@@ -43,7 +44,7 @@ class StepSource:
     def __init__(self, source: Any) -> None:
         self.comparison = source if isinstance(source, StepsComparison) else None
         self._facts: tuple[list[int | None], list[str]] | None = None
-        if isinstance(source, (str, os.PathLike)):  # files and their sidecars in one pass; only the facts are kept
+        if isinstance(source, (str, os.PathLike)) and not rank_folders(source):  # one pass; only the facts are kept
             found = forwards_with_sidecars(source)
             self._items: Sequence[Any] = [file for file, _ in found]
             self._facts = _run_facts(sidecar for _, sidecar in found)

@@ -215,6 +215,7 @@ function detailContent(p, d) {
     box.append(el("div", "nbt-d-status", p.vocabulary.status_words[c.status] || c.status || "—"));
     box.append(el("div", "", `in b: ${c.b_path || "(no counterpart)"}`));
     if (c.score) box.append(el("div", "", `largest relative difference: ${c.score}`));
+    if (c.reassembled) box.append(el("div", "nbt-d-ranks", c.reassembled));
     out.push(box);
   }
   if (d.error && typeof d.error === "object") {

@@ -14,6 +14,7 @@ import traitlets
 from ..core.load import load_trace
 from ..core.node import Node
 from ..core.trace import Trace
+from ..render.shards import call_note
 from .detail import node_detail
 from .payload import tree_payload
 from .steps_source import StepSource, is_several
@@ -191,7 +192,14 @@ class TraceView(anywidget.AnyWidget):
         if node is None:
             return {"path": "", "marker": True}
         entry = self._report[node.index] if self._report is not None else None
-        return node_detail(node, self._totals[node.module_path], entry)
+        detail = node_detail(node, self._totals[node.module_path], entry)
+        match_of = getattr(self.comparison, "match_of", None)
+        match = match_of(node) if callable(match_of) else None
+        if match is not None and detail.get("comparison") is not None:
+            note = call_note(match.diffs)  # how a tensor-parallel side's tensors were reassembled
+            if note:
+                detail["comparison"]["reassembled"] = note
+        return detail
 
     def _on_frontend_msg(self, _widget: Any, content: Any, _buffers: Any) -> None:
         # NB: never call this `_handle_msg` -- that name is ipywidgets' own comm handler.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .shards import rule_label
 from .table import Columns
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -37,6 +38,8 @@ SCHEMA = (
     ("rtol", "float"),
     ("atol", "float"),
     ("ok", "boolean"),
+    ("rule", "str"),
+    ("wrong_ranks", "tuple"),
 )
 COLUMNS = tuple(name for name, _ in SCHEMA)
 
@@ -46,7 +49,10 @@ def comparison_frame(comparison: Comparison) -> pandas.DataFrame:
 
     ``status`` is the call's status from ``node_report()`` (``"only_b"`` for calls
     of b without counterpart); ``*_diff`` are the relative stat differences; ``ok``
-    is a nullable boolean (``<NA>`` when nothing could be compared).
+    is a nullable boolean (``<NA>`` when nothing could be compared). With a
+    tensor-parallel side, ``rule`` says how its tensor was reassembled
+    (``Shard(2) (DTensor)``, ``Replicate() (inferred)``) and ``wrong_ranks`` holds the
+    ranks whose own piece differs.
     """
     report = comparison.node_report()
     rows = Columns(SCHEMA)
@@ -85,6 +91,8 @@ def comparison_frame(comparison: Comparison) -> pandas.DataFrame:
                 rtol=d.rtol,
                 atol=d.atol,
                 ok=d.ok,
+                rule=rule_label(d) or None,
+                wrong_ranks=tuple(sorted(getattr(d, "wrong_ranks", {}))) or None,
             )
     for node in comparison.unmatched_b:
         rows.add(b_path=node.module_path, call_index=node.call_index, layer=node.layer, status="only_b")

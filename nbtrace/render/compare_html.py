@@ -6,6 +6,7 @@ from html import escape
 from typing import TYPE_CHECKING
 
 from .html import tree_html
+from .shards import cell, divergence_line, one_rank_hint, reassembly_line
 from .text import format_difference
 from .vocabulary import BAD as _BAD
 from .vocabulary import GOOD as _GOOD
@@ -30,6 +31,8 @@ def comparison_html(comparison: Comparison, max_rows: int = 300) -> str:
         f"{comparison.compared:,} tensor pairs compared · unmatched: "
         f"{len(comparison.unmatched_a):,} in a, {len(comparison.unmatched_b):,} in b</div>"
     )
+    notes = (reassembly_line(comparison), one_rank_hint(a, "a"), one_rank_hint(b, "b"))
+    head += "".join(f'<div style="color:{_MUTED}">{escape(note)}</div>' for note in notes if note)
     first = comparison.first_divergence
     if first is not None:
         verdict = _divergence_html(first)
@@ -56,6 +59,9 @@ def _divergence_html(first: FirstDivergence) -> str:
         f"<div>{escape(first.reason)}</div>",
         f"<div><code>{escape(format_difference(first))}</code></div>",
     ]
+    ranks = divergence_line(first)
+    if ranks:
+        lines.append(f"<div><b>{escape(ranks)}</b></div>")
     if first.b_only_between:
         shown = ", ".join(first.b_only_between[:6]) + ("…" if len(first.b_only_between) > 6 else "")
         lines.append(f'<div style="color:{_MUTED}">b also runs, with no counterpart in a: {escape(shown)}</div>')
@@ -68,12 +74,14 @@ def _divergence_html(first: FirstDivergence) -> str:
         f'<td style="{_CELL}">{escape(d.basis or "-")}</td>'
         f'<td style="{_CELL}">{format_number(d.score)}</td>'
         f'<td style="{_CELL};color:{_GOOD if d.ok else _BAD if d.ok is False else _MUTED}">'
-        f'{"ok" if d.ok else "differs" if d.ok is False else "-"}</td></tr>'
+        f'{"ok" if d.ok else "differs" if d.ok is False else "-"}</td>'
+        + (f'<td style="{_CELL}">{escape(cell(d))}</td>' if ranks else "")
+        + "</tr>"
         for d in first.diffs
     )
     head = "".join(
         f'<th style="{_CELL};border-bottom:1px solid {_MUTED}">{name}</th>'
-        for name in ("io", "a arg", "b arg", "shape", "basis", "score", "")
+        for name in ("io", "a arg", "b arg", "shape", "basis", "score", "", *(("reassembled",) if ranks else ()))
     )
     table = (
         f'<div>tensors of <code>{escape(first.observed_path)}</code>:</div>'

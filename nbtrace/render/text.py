@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from ..core.node import Node
 from ..core.trace import Trace
+from .shards import cell, divergence_line, is_ranked, one_rank_hint, reassembly_line
 from .vocabulary import STATUS_MARKS, describe_tensor, format_number, gap_label
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -89,25 +90,29 @@ def format_comparison_table(comparison: Comparison, rows: int = 30) -> str:
     if first is not None:
         start = max(0, first.node.index - 5)
     shown = list(range(start, min(len(nodes), start + max(rows, 1))))
-    table = [("", "a (reference)", "b", "basis", "score")]
+    ranked = is_ranked(comparison)
+    table = [("", "a (reference)", "b", "basis", "score", "reassembled" if ranked else "")]
     for i in shown:
         node, row = nodes[i], report[i]
         gap = node.gap_before()
         if gap is not None:
-            table.append(("", "  " * node.depth + f"… {gap_label(gap.prefix, gap.first, gap.last)}", "", "", ""))
+            table.append(("", "  " * node.depth + f"… {gap_label(gap.prefix, gap.first, gap.last)}", "", "", "", ""))
         match = comparison.match_of(node)
-        basis = ""
+        basis = layouts = ""
         if match is not None:
             bases = sorted({d.basis for d in match.diffs if d.basis})
             basis = ",".join(bases)
+            if ranked:
+                layouts = "; ".join(f"{d.arg} {cell(d)}" for d in match.diffs if cell(d))
         name = "  " * node.depth + node.label
         if node.call_index:
             name += f" #{node.call_index + 1}"
         b_name = row["b_path"] or ""
         if b_name and "." in b_name:
             b_name = b_name.split(".", 1)[1]
-        table.append((STATUS_MARKS.get(row["status"], row["status"]), name, b_name, basis, format_number(row["score"])))
-    widths = [max(len(r[k]) for r in table) for k in range(5)]
+        mark = STATUS_MARKS.get(row["status"], row["status"])
+        table.append((mark, name, b_name, basis, format_number(row["score"]), layouts))
+    widths = [max(len(r[k]) for r in table) for k in range(6)]
     widths[1] = min(widths[1], 60)
     widths[2] = min(widths[2], 50)
     lines = []
@@ -117,7 +122,8 @@ def format_comparison_table(comparison: Comparison, rows: int = 30) -> str:
             _clip(r[1], widths[1]).ljust(widths[1]),
             _clip(r[2], widths[2]).ljust(widths[2]),
             r[3].ljust(widths[3]),
-            r[4],
+            r[4].ljust(widths[4]),
+            r[5],
         ]
         lines.append("  ".join(cells).rstrip())
     if start > 0:
@@ -154,6 +160,9 @@ def describe_divergence(div: FirstDivergence) -> str:
     b = f" (b: {div.b_path})" if div.b_path and div.b_path != div.module_path else ""
     head = f"first divergence: {div.module_path}{b}{'' if div.exact else ' (approximate)'}"
     text = head + "\n  " + div.reason + "\n  " + format_difference(div)
+    ranks = divergence_line(div)
+    if ranks:
+        text += "\n  " + ranks
     if div.earlier:
         shown = "; ".join(f"{path} {io}s {arg} ({format_number(excess)})" for path, io, arg, excess in div.earlier)
         text += f"\n  note: smaller differences, within tolerance but beyond rounding, show earlier: {shown}"
@@ -175,6 +184,7 @@ def comparison_summary(comparison: Comparison, divergence: FirstDivergence | Non
         lines.extend(f"  {w}" for w in serious[:8])
         if len(serious) > 8:
             lines.append(f"  … {len(serious) - 8} more (Comparison.weights)")
+    lines += [line for line in (reassembly_line(comparison), one_rank_hint(a, "a"), one_rank_hint(b, "b")) if line]
     if comparison.first_divergence is not None:
         lines.append(describe_divergence(divergence or comparison.first_divergence))
     elif comparison.agree:
