@@ -208,3 +208,28 @@ def test_a_run_recorded_per_rank_loads_and_compares_step_by_step(reference, prom
     assert len(nbtrace.load_traces(tmp_path)) == len(nbtrace.load_traces(tmp_path, rank=0)) == STEPS
     c = nbtrace.compare(runs("reference")[0], tmp_path)
     assert (c.first_divergence.step, c.first_divergence.module_path) == BUG_SITES[Bug.MASK][::-1]
+
+
+class TiedLM(torch.nn.Module):
+    """A language model without an lm_head module: its logits come from the embedding matrix, in forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(50, 8)
+        self.mix = torch.nn.Linear(8, 8)
+
+    def forward(self, input_ids):
+        return {"logits": self.mix(self.embed(input_ids)) @ self.embed.weight.T}
+
+
+def test_tokens_of_a_model_without_an_lm_head_come_from_its_logits_output(tmp_path):
+    torch.manual_seed(0)
+    model, ids = TiedLM(), torch.randint(0, 50, (2, 5))
+    with nbtrace.trace(model, debug_path=tmp_path / "run", use_repr=False) as rec, torch.no_grad():
+        expected = [model(ids[:, : n + 3])["logits"][:, -1].argmax(-1).tolist() for n in range(3)]
+    c = nbtrace.compare(rec, tmp_path / "run")
+    assert [list(s.tokens[0]) for s in c.steps] == expected and c.agree  # one token per sequence of the batch
+    with nbtrace.trace(model, debug_path=tmp_path / "one", use_repr=False) as single, torch.no_grad():
+        model(ids)
+    # a single forward has no run record, and its last module (mix) does not make logits: no guess
+    assert nbtrace.compare([single.trace], [single.trace]).steps[0].tokens == (None, None)

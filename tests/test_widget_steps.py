@@ -69,6 +69,8 @@ def test_a_step_comparison_opens_at_the_first_diverging_step(run):
     assert facts["status"] == ["match", "first", "diverged", "diverged"] and facts["first"] == 1
     assert facts["b_token"][1] != facts["token"][1]
     assert view.comparison is c.comparison(1) and statuses(view)[view.selected_row] == "first"
+    fallback = view._repr_mimebundle_()[0]["text/html"]  # what nbconvert and GitHub show: every step's verdict
+    assert "first diverging step: 1" in fallback and fallback.count("<tr>") >= STEPS
     view.step = 0
     assert view.selected == ATTN and view.comparison.agree  # the same module, where it still agrees
     assert set(statuses(view)) <= {"match", "no_data"}  # nothing diverges in the prefill

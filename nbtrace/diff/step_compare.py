@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..core.forwards import forward_sources, holds_several_forwards
-from ..core.generation import cache_facts, fed_tokens, input_length, picked_tokens, token_margins
+from ..core.generation import CacheFacts, cache_facts, fed_tokens, input_length, picked_tokens, token_margins
 from ..core.load import load_trace
 from ..core.trace import Trace
 from .cache_check import CacheDivergence, cache_difference, cache_user
@@ -56,7 +56,7 @@ def step_sources(side: Any, name: str) -> Sequence[Any]:
     if isinstance(side, Sequence) and not isinstance(side, (str, bytes)):
         for position, item in enumerate(side):
             if not isinstance(item, (Trace, str, os.PathLike)):
-                raise TypeError(f"{name}[{position}] is a {type(item).__name__}; each forward must be {_ACCEPTS[:25]}")
+                raise TypeError(f"{name}[{position}] is a {type(item).__name__}; each forward must be a Trace or a path")
         return side
     raise TypeError(f"{name} must be {_ACCEPTS}; got {type(side).__name__}")
 
@@ -68,9 +68,10 @@ def _load(source: Any) -> Trace:
 def compare(a: Any, b: Any, *, check_cache: bool = True, **options: Any) -> Comparison | StepsComparison:
     """Compare ``b`` against the reference ``a``: a Comparison for two single forwards, else a StepsComparison.
 
-    ``a`` and ``b`` are Traces or trace paths (one forward each), or runs of several
-    forwards: a folder written by a traced ``generate`` (``forward_<i>/`` and the last
-    forward), a list of Traces or paths, or a Recorder. Runs pair up forward by forward in
+    ``a`` and ``b`` are Traces or trace paths (one forward each; see ``comparison.compare``),
+    or runs of several forwards: a folder written by a traced ``generate`` (``forward_<i>/``
+    and the last forward; per rank in a folder of ``rank_<r>/`` folders), a list of Traces
+    or paths, or a Recorder. Runs pair up forward by forward in
     order; ``first_divergence.step`` is the index of the first forward that diverges (0 for
     a single forward) and ``.module_path`` the module inside it. ``check_cache`` compares
     each step's KV cache update too (a cache one layer forgets to update is named in the
@@ -91,21 +92,22 @@ def compare_steps(a: Any, b: Any, *, check_cache: bool = True, **options: Any) -
 
     result = StepsComparison(sources_a, sources_b, _load, compare_one)
     pairs = min(result.counts)
-    previous: list[Trace | None] = [None, None]
+    previous: tuple[CacheFacts | None, CacheFacts | None] = (None, None)
     for step in range(pairs):
         trace_a, trace_b = _load(sources_a[step]), _load(sources_b[step])
         if result.steps:
             _fill_tokens(result.steps[-1], trace_a, trace_b)
             _note_tokens(result, result.steps[-1])
         comparison = compare_one(trace_a, trace_b)
-        report = _step_result(step, trace_a, trace_b, comparison, check_cache, result.first_divergence is None)
+        report = _step_result(step, trace_a, trace_b, comparison, check_cache)
         result.steps.append(report)
         if result.first_divergence is None and report.diverged:
             report.status = "first"
             result.first_divergence = _divergence(step, comparison, report, trace_a, trace_b)
             result.keep(step, comparison)
-        _note_restart(result, step, previous, (trace_a, trace_b))
-        previous = [trace_a, trace_b]
+        current = (cache_facts(trace_a), cache_facts(trace_b))
+        _note_restart(result, step, previous, current)
+        previous = current
         del comparison, trace_a, trace_b
     if result.steps:
         _note_tokens(result, result.steps[-1])
@@ -113,9 +115,7 @@ def compare_steps(a: Any, b: Any, *, check_cache: bool = True, **options: Any) -
     return result
 
 
-def _step_result(
-    step: int, a: Trace, b: Trace, comparison: Comparison, check_cache: bool, first_so_far: bool
-) -> StepResult:
+def _step_result(step: int, a: Trace, b: Trace, comparison: Comparison, check_cache: bool) -> StepResult:
     facts = (cache_facts(a), cache_facts(b))
     tokens = (picked_tokens(a), picked_tokens(b))
     report = StepResult(
@@ -170,14 +170,15 @@ def _note_tokens(result: StepsComparison, step: StepResult) -> None:
         result.first_token_step = step.step
 
 
-def _note_restart(result: StepsComparison, step: int, previous: list[Trace | None], current: tuple[Trace, Trace]) -> None:
+def _note_restart(
+    result: StepsComparison,
+    step: int,
+    previous: tuple[CacheFacts | None, CacheFacts | None],
+    current: tuple[CacheFacts | None, CacheFacts | None],
+) -> None:
     """Note a forward whose KV cache starts empty again after one that was not: a second ``generate`` call."""
-    if step == 0:
-        return
     for side, (before, now) in enumerate(zip(previous, current)):
-        facts_before = cache_facts(before) if before is not None else None
-        facts_now = cache_facts(now)
-        if facts_before and facts_now and max(facts_before.length, default=0) > 0 and max(facts_now.past, default=1) == 0:
+        if before and now and max(before.length, default=0) > 0 and max(now.past, default=1) == 0:
             result.notes.append(
                 f"{'ab'[side]}'s forward {step} starts with an empty KV cache: a new sequence (a second generate "
                 "call in the same traced block?); forwards still pair by order"

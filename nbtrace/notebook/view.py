@@ -225,7 +225,9 @@ class TraceView(anywidget.AnyWidget):
         status = [entry.get("status") for entry in self._report] if self._report is not None else None
         data = dict(data)
         data["text/html"] = tree_html(self.trace, status=status, max_rows=200)
-        if self._steps is not None:
+        if self._steps is not None and self._steps.comparison is not None:  # every step's verdict, then the first
+            data["text/html"] = self._steps.comparison._repr_html_()
+        elif self._steps is not None:
             data["text/html"] = f"<div>step {self.step} of {self.step_count}</div>" + data["text/html"]
         return data, metadata
 
