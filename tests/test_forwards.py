@@ -72,6 +72,18 @@ def test_another_models_forwards_in_the_same_folder_are_left_alone(tmp_path):
     assert len(nbtrace.load_traces(tmp_path / "Sequential_debug_tree_FULL_TENSORS.json")) == 2
 
 
+class Stack_2(Stack):  # noqa: N801 - a class name that starts with another's, as "Llama" and "Llama_v2" do
+    pass
+
+
+def test_a_model_whose_name_extends_another_keeps_its_forwards(tmp_path):
+    run(tmp_path, 2, model=seeded(Stack_2, layers=3))
+    run(tmp_path, 3)  # Stack's new block clears Stack's earlier forwards only
+    run(tmp_path, 3)
+    assert len(nbtrace.load_traces(tmp_path / "Stack_2_debug_tree_FULL_TENSORS.json")) == 2
+    assert len(nbtrace.load_traces(tmp_path / FULL)) == 3
+
+
 def test_forwards_of_two_runs_mixed_in_one_folder_are_refused(tmp_path):
     run(tmp_path / "one", 3)
     run(tmp_path / "two", 3)

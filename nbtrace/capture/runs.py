@@ -18,9 +18,11 @@ from ..core.forwards import forward_folders
 
 
 def _belongs_to(name: str, class_name: str) -> bool:
+    """Is ``name`` a file nbtrace writes for ``class_name`` (its JSON files, its root's and its modules' tensors)?"""
     if name.startswith(".") and name.endswith(".tmp"):
         name = name[1:]
-    return name.startswith((f"{class_name}_", f"{class_name}.", f"{class_name}@"))
+    own = ("_debug_tree_", "_inputs", "_outputs", ".", "@")
+    return name.startswith(tuple(class_name + suffix for suffix in own))
 
 
 def remove_earlier_forwards(folder: Path, class_name: str) -> None:
