@@ -74,6 +74,9 @@ def test_a_step_comparison_opens_at_the_first_diverging_step(run):
     view.step = 0
     assert view.selected == ATTN and view.comparison.agree  # the same module, where it still agrees
     assert set(statuses(view)) <= {"match", "no_data"}  # nothing diverges in the prefill
+    view.selected = ""
+    view.step = 3  # nothing selected: the step opens on its own first divergence (its inputs differ)
+    assert view.selected == ROOT and statuses(view)[view.selected_row] == "first"
 
 
 def statuses(view) -> list[str]:

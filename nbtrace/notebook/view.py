@@ -149,7 +149,7 @@ class TraceView(anywidget.AnyWidget):
             return
         keep = self.selected_node
         initial = self._show(*shown)
-        if keep is not None and initial["selected_row"] < 0:  # the same call in the new step, if it has it
+        if keep is not None:  # the same call in the new step, if it has it (else the step's first divergence)
             node = self.trace.get(keep.module_path, keep.call_index)
             if node is not None and id(node) in self._row_of_node:
                 initial.update(selected_row=self._row_of_node[id(node)], selected=node.module_path)
