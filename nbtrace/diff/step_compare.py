@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..core.forwards import forward_sources, holds_several_forwards
@@ -65,7 +65,17 @@ def _load(source: Any) -> Trace:
     return source if isinstance(source, Trace) else load_trace(source)
 
 
-def compare(a: Any, b: Any, *, check_cache: bool = True, **options: Any) -> Comparison | StepsComparison:
+def compare(
+    a: Any,
+    b: Any,
+    *,
+    rename: Mapping[str, str] | None = None,
+    rtol: float | None = None,
+    atol: float | None = None,
+    ignore: str | None = None,
+    check_cache: bool = True,
+    **options: Any,
+) -> Comparison | StepsComparison:
     """Compare ``b`` against the reference ``a``: a Comparison for two single forwards, else a StepsComparison.
 
     ``a`` and ``b`` are Traces or trace paths (one forward each; see ``comparison.compare``),
@@ -75,9 +85,10 @@ def compare(a: Any, b: Any, *, check_cache: bool = True, **options: Any) -> Comp
     order; ``first_divergence.step`` is the index of the first forward that diverges (0 for
     a single forward) and ``.module_path`` the module inside it. ``check_cache`` compares
     each step's KV cache update too (a cache one layer forgets to update is named in the
-    step it happens, not one step later). Other keywords (``rename``, ``rtol``, ``atol``,
-    ``ignore``, …) go to the comparison of each pair of forwards.
+    step it happens, not one step later). ``rename``, ``rtol``, ``atol``, ``ignore`` (and
+    any other keyword of ``comparison.compare``) apply to each pair of forwards.
     """
+    options.update(rename=rename, rtol=rtol, atol=atol, ignore=ignore)
     if holds_several(a) or holds_several(b):
         return compare_steps(a, b, check_cache=check_cache, **options)
     return compare_forward(a, b, **options)
