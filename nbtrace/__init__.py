@@ -4,11 +4,14 @@ from typing import Any
 
 from .capture.context import model_addition_debugger_context, trace
 from .capture.recorder import Recorder
+from .core.forwards import load_traces
 from .core.load import load_trace
 from .core.node import Node
 from .core.tensor import TensorValue
 from .core.trace import Trace
-from .diff.comparison import Comparison, compare
+from .diff.comparison import Comparison
+from .diff.step_compare import compare
+from .diff.steps import StepsComparison
 from .errors import TraceFormatError
 
 __version__ = "0.1.0"
@@ -42,12 +45,14 @@ __all__ = [
     "Comparison",
     "Node",
     "Recorder",
+    "StepsComparison",
     "TensorValue",
     "Trace",
     "TraceFormatError",
     "TraceView",
     "compare",
     "load_trace",
+    "load_traces",
     "model_addition_debugger_context",
     "plot_stats",
     "to_dataframe",

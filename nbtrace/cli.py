@@ -68,10 +68,21 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
+    from .core.forwards import forward_sources, holds_several_forwards
     from .core.load import load_trace
     from .render.text import format_tree
 
-    say(format_tree(load_trace(args.path, rank=args.rank), max_depth=args.depth, contains=args.filter))
+    if args.step is None and not holds_several_forwards(args.path, args.rank):
+        say(format_tree(load_trace(args.path, rank=args.rank), max_depth=args.depth, contains=args.filter))
+        return 0
+    forwards = forward_sources(args.path, rank=args.rank)
+    step = len(forwards) - 1 if args.step is None else args.step
+    if not -len(forwards) <= step < len(forwards):
+        raise InputError("--step", f"{args.path} holds {len(forwards)} forward(s): steps 0…{len(forwards) - 1}")
+    step %= len(forwards)
+    say(format_tree(load_trace(forwards[step]), max_depth=args.depth, contains=args.filter))
+    if len(forwards) > 1:
+        say(f"\n(step {step} of the {len(forwards)} forwards in {args.path}; --step N shows another)")
     return 0
 
 
@@ -115,24 +126,33 @@ def read_rename(path: str | os.PathLike) -> dict[str, str]:
 
 
 def _diff(args: argparse.Namespace) -> int:
-    from .core.load import load_trace
-    from .diff.comparison import compare
+    from .core.forwards import forward_sources
+    from .diff.step_compare import compare
+    from .diff.steps import StepsComparison
+    from .render.steps_text import format_steps_table
     from .render.text import format_comparison_table
 
     rename = read_rename(args.rename) if args.rename else None
-    a = load_trace(args.a)
-    b = load_trace(args.b)
+    for path in (args.a, args.b):
+        forward_sources(path)  # a missing or broken folder is bad input, before anything runs
     if args.ignore is not None:
         try:
             re.compile(args.ignore)
         except re.error as exc:
             raise InputError("--ignore", f"bad regular expression {args.ignore!r}: {exc}") from None
-    comparison = compare(a, b, rename=rename, rtol=args.rtol, atol=args.atol, ignore=args.ignore)
-    verdict = 0 if comparison.agree else 1
+    comparison = compare(args.a, args.b, rename=rename, rtol=args.rtol, atol=args.atol, ignore=args.ignore)
     say(comparison.summary())
     say()
-    say(format_comparison_table(comparison, rows=args.rows))
-    return verdict
+    if isinstance(comparison, StepsComparison):  # folders of several forwards (generate): every step
+        say(format_steps_table(comparison, rows=args.rows))
+        step = comparison.first_step
+        if step is not None and comparison.steps[step].kind != "cache":
+            say()
+            say(f"step {step}:")
+            say(format_comparison_table(comparison.comparison(step), rows=args.rows))
+    else:
+        say(format_comparison_table(comparison, rows=args.rows))
+    return 0 if comparison.agree else 1
 
 
 def _plot(args: argparse.Namespace) -> int:
@@ -197,12 +217,15 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--depth", type=int, default=None, help="print the tree this deep only")
     show.add_argument("--filter", default=None, help="only calls whose path contains this text")
     show.add_argument("--rank", type=int, default=None, help="in a folder of rank_<r> folders: show this rank's trace")
+    show.add_argument("--step", type=int, default=None,
+                      help="for a folder of several forwards (generate): the forward to show (default: the last)")
     show.set_defaults(run=_show)
 
     diff = commands.add_parser(
         "diff",
         help="compare trace B against the reference A; exit 0 when they agree, 1 when they diverge",
         description="Compare trace B against the reference A and print the first divergence and a table. "
+        "Folders of several forwards (a traced generate) are compared step by step, forward by forward. "
         "Exit status: 0 they agree, 1 they diverge (or nothing could be compared), 2 bad input.",
     )
     diff.add_argument("a", help="the reference trace (file or folder)")

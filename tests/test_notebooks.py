@@ -10,7 +10,7 @@ import pytest
 from nbclient import NotebookClient
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
-NAMES = ["quickstart.ipynb", "compare_implementations.ipynb", "nan_hunt.ipynb"]
+NAMES = ["quickstart.ipynb", "compare_implementations.ipynb", "nan_hunt.ipynb", "debug_generation.ipynb"]
 WIDGET = "application/vnd.jupyter.widget-view+json"
 
 
@@ -63,3 +63,17 @@ def test_nan_hunt_names_the_first_nan(tmp_path):
     assert "NaN in the logits: True" in text
     assert "Net.blocks.0.norm\ninputs finite:  True\noutputs finite: False" in text
     assert "no NaN anywhere: True" in text
+
+
+def test_debug_generation_names_the_step_and_the_module(tmp_path):
+    nb = execute("debug_generation.ipynb", tmp_path)
+    text = "\n".join(outputs_text(c) for c in nb.cells)
+    assert "original: [168, 254, 19," in text and "port:     [168, 254, 111," in text  # two tokens in
+    assert "tokens: first differ at step 2" in text
+    assert "first diverging step: 1 (1 position fed, 8 in the KV cache)" in text
+    assert "layer 1's KV cache was not updated in b" in text
+    assert "(1, 'LlamaForCausalLM.model.layers.1.self_attn')" in text  # first divergence, then the view's selection
+    assert text.count("(1, 'LlamaForCausalLM.model.layers.1.self_attn')") == 2
+    assert "agree: every step's tensors are within tolerance" in text
+    assert sum(WIDGET in o.get("data", {}) for c in nb.cells for o in c.get("outputs", [])) == 2  # view + magic
+    assert "(4, True)" in text

@@ -8,20 +8,26 @@ caller's grad mode.
 from __future__ import annotations
 
 import time
+import uuid
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+from ..core.generation import GENERATION_SECTION
 from ..core.ranks import SECTION as DISTRIBUTED
+from ..core.run import RUN_SECTION, run_section
 from ..core.sidecar import sidecar_path
 from ..core.trace import Trace
+from .generation import GenerationProbe
 from .parameters import ParameterFingerprints
 from .prune import prune_intermediate_layers, prune_outputs_of_parents
 from .ranks import RankPlan, ShardLayouts
+from .recorded import Recorded, RecordedTraces
+from .runs import remove_earlier_forwards
 from .serialize import Serializer, sanitize
 from .speculate import Frame, Speculation, numbered_containers
 from .write import TensorStore, tree_refs, write_sidecar, write_trace_files
@@ -43,7 +49,8 @@ class Recorder:
     """What ``nbtrace.trace`` yields: the traces recorded inside the block.
 
     ``trace`` is the last completed top-level forward (None before one
-    completes); ``traces`` holds every top-level forward, in order.
+    completes); ``traces`` holds every top-level forward, in order (earlier
+    ones are read back from their files on access: see ``recorded.py``).
     """
 
     def __init__(
@@ -60,16 +67,18 @@ class Recorder:
         self.folder = folder
         self.do_prune_layers = do_prune_layers
         self.use_repr = use_repr
-        self._recorded: list[_Recorded] = []
+        self._recorded: list[Recorded] = []
+        #: names this block's forwards as one run in their sidecars (``core/run.py``)
+        self.run_id = uuid.uuid4().hex
         self._run: _ForwardRun | None = None
         self._previous_store: TensorStore | None = None
         self._containers = numbered_containers(model, self.class_name)
         self._fingerprints = ParameterFingerprints(model, self.class_name)
 
     @property
-    def traces(self) -> list[Trace]:
-        """Every top-level forward recorded so far, in order (each built on first access)."""
-        return [recorded.trace() for recorded in self._recorded]
+    def traces(self) -> RecordedTraces:
+        """Every top-level forward recorded so far, in order (a sequence of Traces, each built or read on access)."""
+        return RecordedTraces(self._recorded)
 
     @property
     def trace(self) -> Trace | None:
@@ -120,6 +129,7 @@ class Recorder:
         name = self.class_name
         try:
             node = run.open(f"{name} (top-level)", {"args": args, "kwargs": kwargs}, f"{name}_inputs")
+            probe = GenerationProbe.start(args, kwargs)
             try:
                 out = forward(*args, **kwargs)
             except BaseException as exc:
@@ -130,6 +140,7 @@ class Recorder:
                 run.record(node, "outputs", out, f"{name}_outputs")
             finally:
                 run.close(node)
+            run.generation = probe.finish(out) if probe is not None else None
             self._end_forward(run, node, failed=False)
             return out
         finally:
@@ -138,6 +149,8 @@ class Recorder:
     def _begin_forward(self) -> None:
         if self._previous_store is not None and self._recorded:
             self._keep_previous_forward()
+        if not self._recorded and self.folder is not None:
+            remove_earlier_forwards(self.folder, self.class_name)
         store = TensorStore(self.folder or Path(".").resolve())
         serializer = Serializer(self.use_repr, store)
         containers = self._containers if self.do_prune_layers else {}
@@ -151,12 +164,26 @@ class Recorder:
         previous = self._recorded[-1]
         store = self._previous_store
         assert store is not None
+        if previous.index == 0 and previous.source is not None:  # now a run of several: it gets its sections
+            previous.sidecar.update(self._run_sections(previous, previous.durations_in_order()))
+            try:
+                write_sidecar(store.folder, self.class_name, previous.sidecar)
+            except OSError as exc:
+                warnings.warn(f"nbtrace could not write the sidecar of forward 0: {exc}", stacklevel=4)
         destination = store.folder / f"forward_{len(self._recorded) - 1}"
         source = previous.source
         json_files = [source, _summary_path(source), sidecar_path(source)] if source is not None else []
         store.move_to(destination, [p for p in json_files if p is not None])
         previous.moved_to(destination)
+        previous.release()
         self._previous_store = None
+
+    def _run_sections(self, recorded: Recorded, durations: list[float | None]) -> dict[str, Any]:
+        """The sidecar sections a forward of a run of several carries: ``run``, and ``generation`` if any."""
+        sections: dict[str, Any] = {RUN_SECTION: run_section(self.run_id, recorded.index, durations)}
+        if recorded.generation:
+            sections[GENERATION_SECTION] = recorded.generation
+        return sections
 
     def _end_forward(self, run: _ForwardRun, top: dict[str, Any], failed: bool) -> None:
         root: dict[str, Any] = {"module_path": self.class_name}
@@ -169,6 +196,10 @@ class Recorder:
         prune_outputs_of_parents(root)
         if self.rank_plan is not None and run.layouts is not None:
             run.sidecar[DISTRIBUTED] = self.rank_plan.section(root, run.layouts)
+        index = len(self._recorded)
+        recorded = Recorded(index, root, None, run.store.folder, run.durations, run.sidecar, run.generation)
+        if index > 0:  # a run of several forwards (forward 0 gets its sections when the second one starts)
+            run.sidecar.update(self._run_sections(recorded, recorded.durations_in_order()))
         try:
             if removed:
                 run.store.discard(tree_refs(removed))
@@ -179,9 +210,9 @@ class Recorder:
                 raise
             warnings.warn(f"nbtrace could not write the trace of the failed forward: {exc}", stacklevel=3)
             full = None
-        self._recorded.append(_Recorded(root, full, run.store.folder, run.durations, run.sidecar))
+        recorded.source = full
+        self._recorded.append(recorded)
         self._previous_store = run.store
-
 
     def _fingerprint_parameters(self, run: _ForwardRun) -> None:
         """The sidecar's ``parameters`` section (once per forward; unchanged tensors are not recomputed)."""
@@ -191,45 +222,6 @@ class Recorder:
                 run.sidecar["parameters"] = section
         except Exception as exc:  # a fingerprint must never cost the user their trace
             warnings.warn(f"nbtrace could not fingerprint the parameters of {self.class_name}: {exc}", stacklevel=4)
-
-
-class _Recorded:
-    """One finished forward: its tree, turned into a Trace only when someone asks for it.
-
-    The drop-in ``model_addition_debugger_context`` never does, so it pays only for the files.
-    """
-
-    def __init__(
-        self, tree: dict[str, Any], source: Path | None, base_dir: Path, durations: dict, sidecar: dict[str, Any]
-    ) -> None:
-        self.tree: dict[str, Any] | None = tree
-        self.source = source
-        self.base_dir = base_dir
-        self.durations = durations
-        self.sidecar = sidecar
-        self._trace: Trace | None = None
-
-    def trace(self) -> Trace:
-        if self._trace is None:
-            assert self.tree is not None
-            trace = Trace.from_tree(self.tree, kind="full", source=self.source, base_dir=self.base_dir)
-            for raw, node in zip(_walk_dicts(self.tree), trace.nodes()):
-                node.duration = self.durations.get(id(raw))
-            trace.sidecar = self.sidecar
-            self._trace, self.tree, self.durations = trace, None, {}
-        return self._trace
-
-    def moved_to(self, destination: Path) -> None:
-        """The files of this forward now live in ``destination``."""
-        self.base_dir = destination
-        if self.source is not None:
-            self.source = destination / self.source.name
-        if self._trace is not None:
-            self._trace.base_dir = destination
-            self._trace.source = self.source
-            for node in self._trace.nodes():
-                for _, _, tensor in node.tensors():
-                    tensor.base_dir = destination
 
 
 class _ForwardRun:
@@ -245,6 +237,8 @@ class _ForwardRun:
         self.speculation = Speculation(containers, serialize)
         #: sections of nbtrace's sidecar file that features fill during the forward (see core/sidecar.py)
         self.sidecar: dict[str, Any] = {}
+        #: the ``generation`` section (KV cache, picked token) for a run of several forwards (generation.py)
+        self.generation: dict[str, Any] | None = None
         #: the layouts of the DTensors recorded in this forward, when the trace describes its rank (ranks.py)
         self.layouts: ShardLayouts | None = None
 
@@ -286,14 +280,6 @@ class _ForwardRun:
             self.speculation.closed(frame, parent)
         if parent is not None:
             parent.node["children"].append(node)
-
-
-def _walk_dicts(root: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    stack = [root]
-    while stack:
-        node = stack.pop()
-        yield node
-        stack.extend(reversed(node.get("children", [])))
 
 
 def _summary_path(full: Path | None) -> Path | None:

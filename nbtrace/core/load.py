@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..errors import TraceFormatError
 from .ranks import join_ranks, rank_folders, rank_path
+from .run import restore_durations
 from .sidecar import read_sidecar
 from .trace import Trace
 
@@ -81,6 +82,7 @@ def load_trace(path: str | os.PathLike | Trace, rank: int | None = None) -> Trac
         kind = "summary" if file.name.endswith(SUMMARY_SUFFIX) else "full"
         trace = Trace.from_tree(tree, kind=kind, source=file, base_dir=file.parent.resolve())
     trace.sidecar = read_sidecar(file)
+    restore_durations(trace)
     return trace
 
 

@@ -47,6 +47,7 @@ class FirstDivergence:
     ``confidence`` is ``"certain"`` or ``"likely"``; ``evidence`` holds every test's numbers
     (``evidence.Evidence``), ``weights`` the differing parameters of the blamed module and
     the calls inside it, ``replayed`` whether the port was run on the reference's inputs.
+    ``step`` is the forward it was found in (0 for a single forward).
     """
 
     module_path: str
@@ -76,6 +77,7 @@ class FirstDivergence:
     evidence: list[Evidence] = field(default_factory=list)
     weights: list[WeightFinding] = field(default_factory=list)
     replayed: bool = False
+    step: int = 0
 
     @property
     def score(self) -> float | None:

@@ -148,13 +148,14 @@ def _resolve_model(shell: Any, expression: str) -> Any:
     return model
 
 
-def _show(trace: Any) -> None:
+def _show(recorded: Any) -> None:
+    """Display a TraceView of a Trace, or of a Recorder's every forward (with the step picker)."""
     try:
         from .view import TraceView
 
-        view: Any = TraceView(trace)
+        view: Any = TraceView(recorded)
     except ImportError:  # no ipywidgets/anywidget: the static HTML tree still shows
-        view = trace
+        view = recorded.trace if hasattr(recorded, "traces") else recorded
     display(view)
 
 
@@ -246,10 +247,13 @@ class ModelTraceMagics(Magics):
             return
         if len(recorder) > 1:
             print(
-                f"%%modeltrace: {len(recorder)} forwards of {recorder.class_name} ran; {args.name} holds "
-                f"the last; the files of earlier ones were moved to forward_<i>/ in {recorder.folder}",
+                f"%%modeltrace: {len(recorder)} forwards of {recorder.class_name} ran (e.g. the steps of generate); "
+                f"every one is kept: the view's step picker shows each, {args.name} holds the last, "
+                f"nbtrace.load_traces({str(recorder.folder)!r}) reads them all",
                 file=sys.stderr,
             )
+            _show(recorder)
+            return
         _show(trace)
 
 

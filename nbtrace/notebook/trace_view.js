@@ -304,13 +304,17 @@ function buildDom(host) {
   const detail = el("div", "nbt-detail");
   detail.setAttribute("aria-live", "polite");
   body.append(pane, detail);
-  root.append(head, body);
+  const stepbar = el("div", "nbt-stepbar"); // the step picker of several forwards (step_bar.js)
+  stepbar.hidden = true;
+  root.append(head, stepbar, body);
   host.replaceChildren(root);
-  return { title, chips, input, count, tree, spacer, rowsEl, detail };
+  return { title, chips, input, count, tree, spacer, rowsEl, detail, stepbar };
 }
 
 function render({ model, el: host }) {
-  const { title, chips, input, count, tree, spacer, rowsEl, detail } = buildDom(host);
+  const { title, chips, input, count, tree, spacer, rowsEl, detail, stepbar } = buildDom(host);
+  // eslint-disable-next-line no-undef -- defined by step_bar.js, shipped in front of this module
+  const unmountSteps = typeof mountStepBar === "function" ? mountStepBar(stepbar, model) : () => {};
 
   let p = null; // payload
   let t = null; // tree built from it
@@ -561,6 +565,7 @@ function render({ model, el: host }) {
   requestAnimationFrame(() => draw());
 
   return () => {
+    unmountSteps();
     clearTimeout(filterTimer);
     if (frame) cancelAnimationFrame(frame);
     model.off("msg:custom", onMessage);

@@ -17,9 +17,22 @@ from ..core.trace import Trace
 from ..render.shards import call_note
 from .detail import node_detail
 from .payload import tree_payload
+from .steps_source import StepSource, is_several
 
 _HERE = Path(__file__).parent
-_ACCEPTS = "a Trace, a path to a trace file or folder, or a comparison from nbtrace.compare"
+_ACCEPTS = (
+    "a Trace, a path to a trace file or folder, several forwards (a list of Traces, a Recorder), "
+    "or a comparison from nbtrace.compare"
+)
+
+
+def _joined(*names: str) -> str:
+    return "\n".join((_HERE / name).read_text(encoding="utf-8") for name in names)
+
+
+# The step picker comes first: trace_view.js mounts it when it is there.
+ESM = _joined("step_bar.js", "trace_view.js")
+CSS = _joined("trace_view.css", "step_bar.css")
 
 
 def is_comparison(obj: object) -> bool:
@@ -55,10 +68,14 @@ class TraceView(anywidget.AnyWidget):
     Click a row (or move with the arrow keys) to select it: ``view.selected`` holds its
     module path, ``view.selected_node`` the exact call, and the detail pane shows every
     input and output. ``view.filter`` narrows the tree to matching module paths.
+
+    Several forwards (``TraceView(rec)``, a folder written by a traced ``generate``, a list
+    of Traces, or a step-by-step comparison) get a step picker: ``view.step`` is the
+    forward shown (0: the prefill), and a comparison colours each step by its verdict.
     """
 
-    _esm = _HERE / "trace_view.js"
-    _css = _HERE / "trace_view.css"
+    _esm = ESM
+    _css = CSS
 
     # The rows payload (see payload.py) as compact JSON: Jupyter's message packer would
     # otherwise add a space after every one of the ~150,000 numbers of a 20,000-call trace.
@@ -67,27 +84,79 @@ class TraceView(anywidget.AnyWidget):
     selected_row = traitlets.Int(-1).tag(sync=True)
     filter = traitlets.Unicode("").tag(sync=True)
     visible_rows = traitlets.Int(18).tag(sync=True)
+    #: the forward shown, for several forwards (0 otherwise); ``steps`` holds the picker's per-step facts
+    step = traitlets.Int(0).tag(sync=True)
+    steps = traitlets.Unicode("").tag(sync=True)
 
-    def __init__(self, source: Trace | str | os.PathLike | Any, *, expand_depth: int = 2, **kwargs: Any) -> None:
-        trace, report = resolve_source(source)
+    def __init__(
+        self, source: Trace | str | os.PathLike | Any, *, expand_depth: int = 2, step: int | None = None, **kwargs: Any
+    ) -> None:
+        self._expand_depth = expand_depth
+        self._steps = StepSource(source) if is_several(source) else None
+        if self._steps is not None:
+            shown = self._steps.check(step) if step is not None else self._steps.initial_step()
+            trace, report, comparison = self._steps.get(shown)
+            kwargs["steps"] = json.dumps(self._steps.facts(), separators=(",", ":"), allow_nan=False)
+            kwargs["step"] = shown
+        else:
+            if step not in (None, 0):
+                raise ValueError(f"step={step}: {type(source).__name__} holds a single forward")
+            trace, report = resolve_source(source)
+            comparison = source if report is not None else None
+        initial = self._show(trace, report, comparison)
+        super().__init__(**initial, **kwargs)
+        self.on_msg(self._on_frontend_msg)
+
+    def _show(self, trace: Trace, report: list[dict[str, Any]] | None, comparison: Any) -> dict[str, Any]:
+        """Make ``trace`` the one shown; returns the traits that show it (payload, and the selection it opens on)."""
         status = [entry.get("status") for entry in report] if report is not None else None
-        payload, row_nodes = tree_payload(trace, status=status, expand_depth=expand_depth)
+        payload, row_nodes = tree_payload(trace, status=status, expand_depth=self._expand_depth)
         self.trace = trace
         self.rows = payload  # the payload as a dict, for Python-side inspection
-        self.comparison = source if report is not None else None
+        self.comparison = comparison
         self._report = report
         self._row_nodes = row_nodes
         self._row_of_node = {id(node): row for row, node in enumerate(row_nodes) if node is not None}
         self._totals = Counter(node.module_path for node in trace.nodes())
-        initial: dict[str, Any] = {}
+        initial: dict[str, Any] = {"selected_row": -1, "selected": ""}
         first = payload.get("first_divergence", -1)
         if first >= 0:
             node = row_nodes[first]
             assert node is not None
             initial = {"selected_row": first, "selected": node.module_path}
-        encoded = json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-        super().__init__(payload=encoded, **initial, **kwargs)
-        self.on_msg(self._on_frontend_msg)
+        initial["payload"] = json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        return initial
+
+    # -- steps ---------------------------------------------------------------------------
+    @property
+    def step_count(self) -> int:
+        """How many forwards the view can show (1 for a single forward)."""
+        return self._steps.count if self._steps is not None else 1
+
+    @traitlets.validate("step")
+    def _valid_step(self, proposal: dict[str, Any]) -> int:
+        step = proposal["value"]
+        if not 0 <= step < self.step_count:
+            raise traitlets.TraitError(f"step {step} is out of range: this view has {self.step_count} step(s)")
+        return step
+
+    @traitlets.observe("step")
+    def _step_changed(self, change: dict[str, Any]) -> None:
+        if self._steps is None or change["new"] == change["old"]:
+            return
+        shown = self._steps.get(change["new"])
+        if shown[0] is self.trace:  # already on screen (the step the view was built with)
+            return
+        keep = self.selected_node
+        initial = self._show(*shown)
+        if keep is not None:  # the same call in the new step, if it has it (else the step's first divergence)
+            node = self.trace.get(keep.module_path, keep.call_index)
+            if node is not None and id(node) in self._row_of_node:
+                initial.update(selected_row=self._row_of_node[id(node)], selected=node.module_path)
+        with self.hold_sync():
+            self.selected_row = initial.pop("selected_row")
+            self.selected = initial.pop("selected")
+            self.payload = initial.pop("payload")
 
     # -- selection ---------------------------------------------------------------
     @property
@@ -156,8 +225,13 @@ class TraceView(anywidget.AnyWidget):
         status = [entry.get("status") for entry in self._report] if self._report is not None else None
         data = dict(data)
         data["text/html"] = tree_html(self.trace, status=status, max_rows=200)
+        if self._steps is not None and self._steps.comparison is not None:  # every step's verdict, then the first
+            data["text/html"] = self._steps.comparison._repr_html_()
+        elif self._steps is not None:
+            data["text/html"] = f"<div>step {self.step} of {self.step_count}</div>" + data["text/html"]
         return data, metadata
 
     def __repr__(self) -> str:
         kind = "comparison" if self._report is not None else "trace"
-        return f"<TraceView of {kind} {self.trace.model_name}: {len(self.trace)} calls>"
+        steps = f", step {self.step} of {self.step_count}" if self._steps is not None else ""
+        return f"<TraceView of {kind} {self.trace.model_name}: {len(self.trace)} calls{steps}>"

@@ -169,8 +169,9 @@ def describe_divergence(div: FirstDivergence) -> str:
     return text
 
 
-def comparison_summary(comparison: Comparison) -> str:
-    """A few lines for a terminal: the verdict, the first divergence, what is unmatched."""
+def comparison_summary(comparison: Comparison, divergence: FirstDivergence | None = None) -> str:
+    """A few lines for a terminal: the verdict, the first divergence (``divergence`` instead, if given), what is
+    unmatched."""
     a, b = comparison.a, comparison.b
     lines = [
         f"a: {a.model_name} ({len(a)} calls)  b: {b.model_name} ({len(b)} calls)",
@@ -186,7 +187,7 @@ def comparison_summary(comparison: Comparison) -> str:
     lines += [line for line in (reassembly_line(comparison), one_rank_hint(a, "a"), one_rank_hint(b, "b")) if line]
     lines.extend(f"note: {note}" for note in comparison.notes)
     if comparison.first_divergence is not None:
-        lines.append(describe_divergence(comparison.first_divergence))
+        lines.append(describe_divergence(divergence or comparison.first_divergence))
     elif comparison.agree:
         lines.append("agree: every compared tensor is within tolerance")
     elif comparison.compared == 0:

@@ -19,7 +19,8 @@ APP = "window.jupyterapp"
 CELLS = [
     # 0: set-up
     "%load_ext nbtrace\nimport torch, nbtrace\nfrom nbtrace.demo import build_demo\n"
-    "from tests.models.widget_models import synthetic_trace\nmodel, inputs = build_demo()",
+    "from tests.models.widget_models import synthetic_trace\nmodel, inputs = build_demo()\n"
+    "from tests.models.generation import build_reference, make_prompt\ngen_model, prompt = build_reference(), make_prompt()",
     # 1: the magic shows a TraceView under the cell
     "%%modeltrace\nout = model(**inputs)",
     # 2: the view the tests click in
@@ -34,8 +35,13 @@ CELLS = [
     "b_model, _ = build_demo()\nwith torch.no_grad():\n    b_model.layers[3].self_attn.o_proj.weight[0, 0] += 0.5\n"
     "with nbtrace.trace(b_model, debug_path='b_trace') as rec_b:\n    b_model(**inputs)\n"
     "nbtrace.TraceView(nbtrace.compare(_trace, rec_b.trace))",
+    # 7: %%modeltrace on a cell that calls generate: every step kept, a step picker
+    "%%modeltrace gen_model --safetensors -o gen_trace\nout = gen_model.generate(prompt, max_new_tokens=4)",
+    # 8: a view of the same folder, whose step the kernel reads back (9)
+    "gen_view = nbtrace.TraceView('gen_trace')\ngen_view",
+    "print('GENSTATE', gen_view.step, repr(gen_view.selected))",
 ]
-SETUP, MAGIC, VIEW, READBACK, BIG_BUILD, BIG, COMPARE = range(len(CELLS))
+SETUP, MAGIC, VIEW, READBACK, BIG_BUILD, BIG, COMPARE, GENERATE, GEN_VIEW, GEN_READBACK = range(len(CELLS))
 
 
 class NotebookPage:
@@ -67,23 +73,23 @@ class NotebookPage:
                 return {APP}.commands.execute('notebook:run-cell'); }})()"""
         )
 
-    def readback(self) -> str:
-        """Re-run the read-back cell; returns its printed line once it is fresh."""
-        marker = self.cell(READBACK).locator(".jp-OutputArea-output")
-        self.page.evaluate(f"{APP}.shell.currentWidget.content.widgets[{READBACK}].model.outputs.clear()")
+    def readback(self, index: int = READBACK, word: str = "PYSTATE") -> str:
+        """Re-run a read-back cell; returns its printed line once it is fresh."""
+        marker = self.cell(index).locator(".jp-OutputArea-output")
+        self.page.evaluate(f"{APP}.shell.currentWidget.content.widgets[{index}].model.outputs.clear()")
         expect(marker).to_have_count(0)
-        self.run_cell(READBACK)
-        expect(marker).to_contain_text("PYSTATE")
+        self.run_cell(index)
+        expect(marker).to_contain_text(word)
         return marker.inner_text()
 
-    def kernel_sees(self, expected: str, timeout: float = 15) -> None:
+    def kernel_sees(self, expected: str, timeout: float = 15, index: int = READBACK, word: str = "PYSTATE") -> None:
         """Read the kernel's state until it shows ``expected``: the widget front end holds back an
         update while an earlier one awaits the kernel, so fast clicks reach Python a moment later."""
         deadline = time.time() + timeout
-        seen = self.readback()
+        seen = self.readback(index, word)
         while expected not in seen and time.time() < deadline:
             self.page.wait_for_timeout(200)
-            seen = self.readback()
+            seen = self.readback(index, word)
         assert expected in seen, seen
 
     def shot(self, name: str, locator=None) -> None:
@@ -112,6 +118,7 @@ def nb(jupyter, browser, artifacts):
         page.evaluate(f"{APP}.commands.execute('application:toggle-left-area')")
     page.evaluate(f"{APP}.commands.execute('notebook:run-all-cells')")
     expect(opened.widget(COMPARE)).to_be_visible(timeout=120_000)
+    expect(opened.widget(GEN_VIEW)).to_be_visible(timeout=120_000)
     print(f"\n[{jupyter.app}] notebook open and every cell run in {time.time() - started:.1f}s")
     yield opened
     context.close()
@@ -208,6 +215,35 @@ def test_comparison_shows_the_first_divergence(nb):
     nb.shot("compare_light", nb.cell(COMPARE))
 
 
+def test_generate_keeps_every_step_behind_a_step_picker(nb):
+    bar = nb.widget(GENERATE).locator(".nbt-stepbar")
+    expect(bar.locator(".nbt-step")).to_have_count(4)
+    expect(bar.locator(".nbt-step-label")).to_contain_text("step 0 of 4 · 8 positions fed · picked")
+    embed = nb.row(GENERATE, "LlamaForCausalLM.model.embed_tokens")
+    expect(embed.locator(".nbt-out")).to_have_text("1×8×64 float32")
+    bar.locator('.nbt-step[data-step="2"]').click()
+    expect(bar.locator(".nbt-step-label")).to_contain_text("step 2 of 4 · 1 position fed")
+    expect(embed.locator(".nbt-out")).to_have_text("1×1×64 float32")  # the kernel sent step 2's tree
+    nb.shot("generate_light", nb.cell(GENERATE))
+
+
+def test_the_step_is_synced_both_ways(nb):
+    bar = nb.widget(GEN_VIEW).locator(".nbt-stepbar")
+    nb.row(GEN_VIEW, "LlamaForCausalLM.model.norm").click()
+    bar.locator('.nbt-step[data-step="3"]').click()
+    expect(bar.locator(".nbt-step-label")).to_contain_text("step 3 of 4")
+    nb.kernel_sees("GENSTATE 3 'LlamaForCausalLM.model.norm'", index=GEN_READBACK, word="GENSTATE")
+    expect(nb.row(GEN_VIEW, "LlamaForCausalLM.model.norm")).to_have_attribute("aria-selected", "true")
+    nb.page.evaluate(  # Python moves it: the kernel runs `gen_view.step = 1`
+        f"""(() => {{ const nb = {APP}.shell.currentWidget.content;
+            nb.widgets[{GEN_READBACK}].model.sharedModel.setSource('gen_view.step = 1\\nprint("GENSTATE", gen_view.step)');
+        }})()"""
+    )
+    nb.kernel_sees("GENSTATE 1", index=GEN_READBACK, word="GENSTATE")
+    expect(bar.locator(".nbt-step-label")).to_contain_text("step 1 of 4")
+    expect(bar.locator('.nbt-step[data-step="1"]')).to_have_class(re.compile(r"\bnbt-step-on\b"))
+
+
 def test_dark_theme_and_nothing_went_wrong(nb):
     nb.page.evaluate(f"{APP}.commands.execute('apputils:change-theme', {{theme: 'JupyterLab Dark'}})")
     nb.page.wait_for_function("document.body.dataset.jpThemeLight === 'false'", timeout=30_000)
@@ -219,6 +255,7 @@ def test_dark_theme_and_nothing_went_wrong(nb):
     nb.shot("view_dark", nb.cell(VIEW))
     nb.shot("compare_dark", nb.cell(COMPARE))
     nb.shot("big_dark", nb.cell(BIG))
+    nb.shot("generate_dark", nb.cell(GEN_VIEW))
     nb.shot("page_dark")
     benign = ("reading 'schema'",)  # Notebook 7 logs this one while loading settings, widgets or not
     assert not [e for e in nb.errors if not any(b in e for b in benign)], nb.errors
