@@ -15,7 +15,7 @@ from tests.models.ports import BUGS, P, RENAME, ROOT, trace_original, trace_port
 # mode -> (use_repr, which file to load)
 MODES = {"safetensors": (False, "FULL_TENSORS"), "repr": (True, "FULL_TENSORS"), "stats": (True, "SUMMARY")}
 # Bugs below the resolution of one mode: name -> what happens instead (checked in its own test)
-LIMITS = {("softmax_fp16", "stats")}
+LIMITS = {("softmax_fp16", "stats"), ("rounded_scale", "stats")}
 SINGLE_LAYER_BUGS = [bug for bug in BUGS if bug != "layer1_transposed_o"]
 
 
@@ -103,6 +103,14 @@ def test_stats_only_limit(store):
     assert first is not None and first.module_path.startswith(f"{P}.layers.0.")
     assert first.earlier and first.earlier[0][0] == f"{P}.layers.0.self_attn.o_proj"
     assert "show earlier" in str(first)
+
+
+def test_stats_only_see_a_rounded_scale_at_the_output_projection(store):
+    """Scores scaled by 0.35 instead of 1/sqrt(8) move the stats of o_proj's input by less than their last
+    digit; its output's max moves by more: stats alone blame o_proj, inside the attention to blame."""
+    a, b = store("a", None, "stats"), store("b", "rounded_scale", "stats")
+    first = nbtrace.compare(a, b).first_divergence
+    assert first is not None and first.module_path == f"{BUGS['rounded_scale']}.o_proj"
 
 
 @pytest.mark.parametrize("rename", [None, RENAME], ids=["aligned", "renamed"])

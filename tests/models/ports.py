@@ -43,6 +43,7 @@ BUGS: dict[str, str] = {
     "residual": f"{P}.layers.2",  # layer 2 forgets the residual around the MLP
     "rope_theta": f"{P}.rotary_emb",  # rotary base 1e4 instead of the config's
     "layer1_transposed_o": f"{P}.layers.1.self_attn.o_proj",  # inside a block that pruning removes
+    "rounded_scale": f"{P}.layers.2.self_attn",  # layer 2 scales attention scores by 0.35, not 1/sqrt(8)
 }
 
 #: b's module paths -> a's, for ``compare(..., rename=RENAME)``
@@ -123,6 +124,7 @@ class AttentionCore(nn.Module):
     def __init__(self, bugs: set[str]) -> None:
         super().__init__()
         self.bugs = bugs
+        self.scale: float | None = None  # None: 1/sqrt(head_dim)
 
     def forward(self, q, k, v, cos, sin, mask):
         cos, sin = cos[:, None], sin[:, None]
@@ -132,7 +134,8 @@ class AttentionCore(nn.Module):
         groups = q.shape[1] // k.shape[1]
         k = k.repeat_interleave(groups, dim=1)
         v = v.repeat_interleave(groups, dim=1)
-        scores = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+        scale = self.scale if self.scale is not None else 1 / math.sqrt(q.shape[-1])
+        scores = (q @ k.transpose(-1, -2)) * scale
         length = q.shape[2]
         allowed = torch.ones(length, length, dtype=torch.bool).tril()[None, None]
         if "no_padding_mask" not in self.bugs:
@@ -250,6 +253,8 @@ class TinyLlamaPort(nn.Module):
                 block.ffn.gate_up.weight.copy_(torch.cat(halves, dim=0))
                 block.ffn.down.weight.copy_(sd[pre + "mlp.down_proj.weight"])
                 block.skip_residual = "residual" in bugs and i == 2
+                if "rounded_scale" in bugs and i == 2:
+                    block.attn.core.scale = 0.35
         return port
 
 
