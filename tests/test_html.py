@@ -14,6 +14,8 @@ from tests.models.widget_models import NanNet, demo_trace, record, synthetic_tra
 
 import nbtrace
 from nbtrace.render.html import trace_html, tree_html
+from nbtrace.render.html_style import tint
+from nbtrace.render.vocabulary import BADGE_COLOURS
 
 
 def visible_text(markup: str) -> list[str]:
@@ -73,7 +75,9 @@ def test_status_colours_for_comparisons(demo):
     markup = tree_html(demo, status=status)
     row = [r for r in visible_text(markup) if "up_proj" in r][-1]
     assert "◀ first divergence" in row
-    assert "#c62828" in markup and "#e65100" in markup
+    first_row = [tr for tr in markup.split("<tr") if "layers.3.mlp.up_proj\"" in tr][-1]
+    assert f"background:{BADGE_COLOURS['first']}" in first_row  # the badge
+    assert tint("first") in first_row and tint("diverged") in markup and tint("match") in markup
     with pytest.raises(ValueError, match="status has 2 entries but the trace has 31 calls"):
         tree_html(demo, status=["match", "match"])
 

@@ -145,11 +145,12 @@ class Comparison:
             self._report = node_report(self)
         return [dict(row) for row in self._report]
 
-    def to_dataframe(self) -> pandas.DataFrame:
-        """One row per compared tensor pair, plus one per unmatched call (``io`` empty)."""
+    def to_dataframe(self, order: str = "calls") -> pandas.DataFrame:
+        """One row per compared tensor pair, plus one per unmatched call (``io`` empty), in a's call
+        order; ``order="difference"``: the rows that differ first."""
         from ..render.compare_frame import comparison_frame
 
-        return comparison_frame(self)
+        return comparison_frame(self, order)
 
     def summary(self) -> str:
         """A few lines for a terminal: the verdict, the first divergence, what is unmatched."""

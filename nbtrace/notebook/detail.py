@@ -59,8 +59,8 @@ def _walk(value: Any, place: str, io: str, tensors: list, others: list) -> None:
         others.append({"io": io, "arg": place or io, "text": str(value)[:MAX_LINE_CHARS]})
 
 
-def node_detail(node: Node, calls_of_path: int = 1, comparison: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The detail pane's content for ``node``; ``comparison`` is this node's entry of a node report."""
+def node_detail(node: Node, calls_of_path: int = 1) -> dict[str, Any]:
+    """The detail pane's content for ``node`` (a comparison adds its part: ``compare_payload.comparison_detail``)."""
     tensors: list[dict[str, Any]] = []
     others: list[dict[str, Any]] = []
     if node.inputs is not None:
@@ -79,11 +79,4 @@ def node_detail(node: Node, calls_of_path: int = 1, comparison: dict[str, Any] |
         "tensors": tensors,
         "values": others,
     }
-    if comparison is not None:
-        score = comparison.get("score")
-        detail["comparison"] = {
-            "status": comparison.get("status"),
-            "b_path": comparison.get("b_path"),
-            "score": None if score is None else _number(float(score)),
-        }
     return detail

@@ -11,18 +11,27 @@ kilobytes; everything bulky (value lines, every input, min/max) is left to
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
 from ..core.dtypes import short_dtype
 from ..core.node import Node
-from ..core.paths import role
+from ..core.paths import role, without_root
 from ..core.tensor import TensorValue
 from ..core.trace import Trace
 from ..diff.report import STATUSES
 from ..render.tree_rows import rows_in_order
-from ..render.vocabulary import gap_label, round_number, short_shape, widget_vocabulary
+from ..render.vocabulary import (
+    JUMP_BIG_FACTOR,
+    JUMP_SMALL_FACTOR,
+    gap_label,
+    jump_tooltip,
+    round_number,
+    short_shape,
+    widget_vocabulary,
+)
 
 PAYLOAD_VERSION = 1
 
@@ -34,7 +43,9 @@ MORE_OUTPUTS = 8  # the call has more than one output tensor (the row shows the 
 # A jump is measured against the same module in the previous layer block (``layers.#.mlp``), else
 # against the call's own main input: how a module's output evolves layer by layer, or how much a call
 # rescaled what it was given. (Against the previous call in call order, every layer's first norm would
-# jump: it follows the small residual update of the previous layer's last projection.)
+# jump: it follows the small residual update of the previous layer's last projection.) Against its own
+# input only when the output has the input's shape and the call is not a norm: a norm rescales on
+# purpose, and an output of another shape (rotary cos/sin, logits of ids) has nothing to keep.
 JUMP_SMALL = 16  # scale jumped >= JUMP_SMALL_FACTOR
 JUMP_BIG = 32  # scale jumped >= JUMP_BIG_FACTOR
 HAS_NONFINITE_BELOW = 64  # a descendant recorded a NaN or inf
@@ -43,8 +54,8 @@ FIRST_NONFINITE = 256  # the first call, in call order, that recorded a NaN or i
 ABSOLUTE = 512  # ``seg`` is the full module path (it does not extend the parent's path)
 JUMP_UP = 1024  # with JUMP_SMALL/JUMP_BIG: the scale grew (else it shrank)
 
-JUMP_SMALL_FACTOR = 10.0
-JUMP_BIG_FACTOR = 100.0
+#: names of normalization modules (the last path component), which rescale by design
+NORM_NAME = re.compile(r"norm|^ln(_|\d|$)", re.IGNORECASE)
 
 # Codes of the ``status`` column (comparisons only).
 STATUS_CODES = {name: code for code, name in enumerate(STATUSES, 1)}
@@ -98,22 +109,30 @@ def _jump(previous: TensorValue, current: TensorValue) -> float:
     return worst
 
 
-def _jump_bits(node: Node, out: TensorValue, last_of_role: dict[str, TensorValue]) -> int:
-    """The JUMP_* bits of a call whose first output is ``out`` (see the note on JUMP_SMALL)."""
+def _jump_bits(
+    node: Node, out: TensorValue, last_of_role: dict[str, tuple[TensorValue, Node]]
+) -> tuple[int, str | None]:
+    """The JUMP_* bits of a call whose first output is ``out`` and the words of its tooltip
+    (see the note on JUMP_SMALL)."""
     where = role(node.module_path)
-    reference = last_of_role.get(where) if where is not None else None
+    found = last_of_role.get(where) if where is not None else None
+    reference, against = (found[0], found[1]) if found is not None else (None, None)
     if reference is None:
-        reference = _main_input(node)
+        given = _main_input(node)
+        if given is not None and tuple(given.shape) == tuple(out.shape) and not NORM_NAME.search(node.name or ""):
+            reference = given
     if where is not None and (out.mean is not None or out.std is not None):
-        last_of_role[where] = out
+        last_of_role[where] = (out, node)
     if reference is None:
-        return 0
+        return 0, None
     ratio = _jump(reference, out)
     factor = max(ratio, 1.0 / ratio)
     bits = JUMP_BIG if factor >= JUMP_BIG_FACTOR else JUMP_SMALL if factor >= JUMP_SMALL_FACTOR else 0
-    if bits and ratio > 1:
+    if not bits:
+        return 0, None
+    if ratio > 1:
         bits |= JUMP_UP
-    return bits
+    return bits, jump_tooltip(ratio > 1, factor, without_root(against.module_path) if against is not None else None)
 
 
 class _Columns:
@@ -186,7 +205,8 @@ def tree_payload(
     node_row: dict[int, int] = {}
     first_nonfinite_row = -1
     error_rows: list[int] = []
-    last_of_role: dict[str, TensorValue] = {}  # "Llama.layers.#.mlp" -> the last output of that role
+    last_of_role: dict[str, tuple[TensorValue, Node]] = {}  # "Llama.layers.#.mlp" -> its last output, and call
+    jumps: list[list[Any]] = []  # [row, tooltip] of the rows with a jump of scale
 
     for row, item in enumerate(rows_in_order(trace)):
         if isinstance(item, tuple):
@@ -205,7 +225,10 @@ def tree_payload(
         if bits & ERROR:
             error_rows.append(row)
         if outputs:
-            bits |= _jump_bits(node, outputs[0], last_of_role)
+            jump, words = _jump_bits(node, outputs[0], last_of_role)
+            bits |= jump
+            if words:
+                jumps.append([row, words])
         columns.add(node.depth, node.label, bits, outputs[0] if outputs else None,
                     status[node.index] if status is not None else None)
         if totals[node.module_path] > 1:
@@ -231,6 +254,7 @@ def tree_payload(
         "mean": columns.mean,
         "std": columns.std,
         "calls": columns.calls,
+        "jumps": jumps,
         "first_nonfinite": first_nonfinite_row,
         "innermost_error": error_rows[-1] if error_rows else -1,
         "first_divergence": first_row,

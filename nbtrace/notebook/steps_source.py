@@ -89,6 +89,13 @@ class StepSource:
             self._cache.popitem(last=False)
         return entry
 
+    def divergence(self, trace: Trace) -> Any:
+        """The run's first divergence when ``trace`` is the step it was found in (else None)."""
+        first = self.comparison.first_divergence if self.comparison is not None else None
+        if first is None or first.step not in self._cache or self._cache[first.step][0] is not trace:
+            return None
+        return first
+
     # -- the picker's facts ---------------------------------------------------------------
     def facts(self) -> dict[str, Any]:
         """Per step: input length, picked token(s), and for a comparison the status and where it diverges."""

@@ -1,273 +1,7 @@
-// TraceView front end: a virtualized call tree of an nbtrace Trace.
-// A plain ES module for anywidget (no build step, no dependencies). The kernel sends one
-// columnar payload (see nbtrace/notebook/payload.py); a row's details are asked for with
-// model.send({type: "detail", row}) and arrive as a custom message.
-
-export const ROW_H = 22;
-const OVERSCAN = 10;
-
-export const F = {
-  NONFINITE: 1, ERROR: 2, GAP: 4, MORE_OUTPUTS: 8, JUMP_SMALL: 16, JUMP_BIG: 32,
-  NAN_BELOW: 64, ERROR_BELOW: 128, FIRST_NONFINITE: 256, ABSOLUTE: 512, JUMP_UP: 1024,
-};
-// Status names and their words come with the payload (nbtrace/render/vocabulary.py): one vocabulary.
-
-// ---------------------------------------------------------------------------- pure helpers
-
-/** A compact number: 0.012, 1.03, 6.91e-4; "nan"/"inf" pass through; "" when missing. */
-export function formatNumber(v) {
-  if (v === null || v === undefined) return "";
-  if (typeof v === "string") return v;
-  if (v === 0) return "0";
-  const a = Math.abs(v);
-  if (a >= 100 && a < 1e4) return v.toFixed(0);
-  if (a >= 1 && a < 100) return v.toPrecision(3); // keeps trailing zeros: 1.00, 12.0
-  if (a >= 1e-3 && a < 1) return v.toFixed(3);
-  return v.toExponential(2);
-}
-
-/** Parents, children, subtree ends and full paths, from the payload's depth column. */
-export function buildTree(p) {
-  const n = p.depth.length;
-  const parent = new Int32Array(n);
-  const end = new Int32Array(n); // first row after this row's subtree
-  const children = new Array(n);
-  const path = new Array(n);
-  const name = new Array(n);
-  const calls = new Map(p.calls.map(([row, k, total]) => [row, [k, total]]));
-  const callsBefore = new Int32Array(n + 1); // calls (not marker rows) among rows < i
-  const stack = []; // rows on the current path, by depth
-  const open = []; // rows whose subtree is still open
-  for (let i = 0; i < n; i++) {
-    const d = p.depth[i];
-    callsBefore[i + 1] = callsBefore[i] + (p.flags[i] & F.GAP ? 0 : 1);
-    while (open.length && p.depth[open[open.length - 1]] >= d) end[open.pop()] = i;
-    open.push(i);
-    stack.length = d;
-    const up = d > 0 ? stack[d - 1] : -1;
-    parent[i] = up === undefined ? -1 : up;
-    children[i] = null;
-    if (parent[i] >= 0) (children[parent[i]] ||= []).push(i);
-    const seg = p.strings[p.seg[i]];
-    const flags = p.flags[i];
-    if (flags & F.GAP) {
-      path[i] = "";
-      name[i] = seg;
-      continue; // a marker row never has children
-    }
-    if (parent[i] < 0) {
-      path[i] = seg;
-      name[i] = seg;
-    } else if (flags & F.ABSOLUTE) {
-      path[i] = seg;
-      const root = path[0] + ".";
-      name[i] = seg.startsWith(root) ? seg.slice(root.length) : seg;
-    } else {
-      path[i] = path[parent[i]] + "." + seg;
-      name[i] = seg;
-    }
-    stack[d] = i;
-  }
-  while (open.length) end[open.pop()] = n;
-  const below = (i) => callsBefore[end[i]] - callsBefore[i + 1]; // calls inside row i's subtree
-  const lower = path.map((s) => s.toLowerCase());
-  return { n, parent, end, children, path, name, lower, calls, below };
-}
-
-/** Rows the filter keeps: matching paths (case-insensitive substring) and their ancestors. */
-export function filterRows(tree, text) {
-  const needle = text.trim().toLowerCase();
-  if (!needle) return null;
-  const keep = new Uint8Array(tree.n); // 2: the path matches; 1: an ancestor of a match
-  let matches = 0;
-  for (let i = 0; i < tree.n; i++) {
-    if (tree.path[i] && tree.lower[i].includes(needle)) { keep[i] = 2; matches++; }
-  }
-  for (let i = 0; i < tree.n; i++) {
-    if (keep[i] !== 2) continue;
-    for (let j = tree.parent[i]; j >= 0 && keep[j] === 0; j = tree.parent[j]) keep[j] = 1;
-  }
-  return { keep, matches };
-}
-
-/** The rows on screen, in order: expanded subtrees, or every kept row while filtering. */
-export function visibleRows(tree, expanded, filtered) {
-  const out = [];
-  if (filtered) {
-    for (let i = 0; i < tree.n; i++) if (filtered.keep[i]) out.push(i);
-    return out;
-  }
-  let i = 0;
-  while (i < tree.n) {
-    out.push(i);
-    i = tree.children[i] && !expanded[i] ? tree.end[i] : i + 1;
-  }
-  return out;
-}
-
-function el(tag, className, text) {
-  const node = document.createElement(tag);
-  if (className) node.className = className;
-  if (text !== undefined && text !== null) node.textContent = text;
-  return node;
-}
-
-function scaleWidth(mean, std) {
-  if (typeof mean !== "number" || typeof std !== "number") return null;
-  const rms = Math.sqrt(mean * mean + std * std);
-  if (!(rms > 0)) return 0;
-  const decade = Math.min(3, Math.max(-3, Math.log10(rms)));
-  return ((decade + 3) / 6) * 100;
-}
-
-// ---------------------------------------------------------------------------- rows and details
-
-/** One row of the tree: name (with call count and badges), output, mean, std, scale bar and jump cue. */
-function rowElement({ p, t, selected, filtered, expanded }, i, k) {
-  const flags = p.flags[i];
-  const row = el("div", "nbt-row");
-  row.style.top = `${k * ROW_H}px`;
-  row.dataset.row = String(i);
-  row.setAttribute("role", "treeitem");
-  row.setAttribute("aria-level", String(p.depth[i] + 1));
-  const nameCell = el("span", "nbt-name");
-  nameCell.style.paddingLeft = `${p.depth[i] * 14 + 2}px`;
-  if (flags & F.GAP) {
-    row.classList.add("nbt-gap");
-    nameCell.append(el("span", "nbt-twisty", ""), el("span", "nbt-label", `… ${t.name[i]}`));
-    row.append(nameCell);
-    return row;
-  }
-  row.dataset.path = t.path[i];
-  const kids = t.children[i];
-  const isOpen = kids && (filtered ? true : expanded[i]);
-  if (kids) row.setAttribute("aria-expanded", isOpen ? "true" : "false");
-  if (i === selected) { row.classList.add("nbt-selected"); row.setAttribute("aria-selected", "true"); }
-  const twisty = el("span", "nbt-twisty", kids ? (isOpen ? "▾" : "▸") : "");
-  const label = el("span", "nbt-label", t.name[i]);
-  if (filtered && filtered.keep[i] === 2) label.classList.add("nbt-match");
-  nameCell.append(twisty, label);
-  nameCell.title = t.path[i];
-  const multi = t.calls.get(i);
-  if (multi) {
-    const badge = el("span", "nbt-times", `×${multi[1]}`);
-    badge.title = `${t.path[i]} is called ${multi[1]} times; this is call ${multi[0] + 1}`;
-    nameCell.append(badge);
-  }
-  if (flags & F.NONFINITE) {
-    nameCell.append(el("span", "nbt-badge nbt-badge-nan", flags & F.FIRST_NONFINITE ? "first NaN/inf" : "NaN/inf"));
-  } else if (flags & F.NAN_BELOW && !isOpen) {
-    nameCell.append(el("span", "nbt-badge nbt-badge-nan-below", "NaN/inf inside"));
-  }
-  if (flags & F.ERROR) nameCell.append(el("span", "nbt-badge nbt-badge-error", "error"));
-  else if (flags & F.ERROR_BELOW && !isOpen) nameCell.append(el("span", "nbt-badge nbt-badge-error-below", "error inside"));
-  if (p.status) {
-    const status = p.vocabulary.statuses[p.status[i]];
-    if (status) {
-      row.classList.add(`nbt-st-${status}`);
-      if (status === "first") nameCell.append(el("span", "nbt-badge nbt-badge-first", "first divergence"));
-    }
-  }
-  if (flags & (F.NONFINITE | F.ERROR)) row.classList.add("nbt-bad");
-  const output = p.strings[p.output[i]];
-  const out = el("span", "nbt-out");
-  if (output) {
-    out.textContent = output;
-    if (flags & F.MORE_OUTPUTS) {
-      out.append(el("span", "nbt-more", " +"));
-      out.title = "more than one output tensor: the row shows the first; select the row to see all";
-    }
-  } else if (kids) {
-    out.textContent = `${t.below(i).toLocaleString()} calls`;
-    out.classList.add("nbt-muted");
-  }
-  const mean = el("span", "nbt-num", formatNumber(p.mean[i]));
-  const std = el("span", "nbt-num", formatNumber(p.std[i]));
-  const scale = el("span", "nbt-scale");
-  const width = scaleWidth(p.mean[i], p.std[i]);
-  if (width !== null) {
-    const bar = el("i", "nbt-bar");
-    bar.style.width = `${Math.max(2, width)}%`;
-    scale.append(bar);
-  }
-  if (flags & (F.JUMP_SMALL | F.JUMP_BIG)) {
-    const big = flags & F.JUMP_BIG;
-    row.classList.add(big ? "nbt-jump-big" : "nbt-jump");
-    const arrow = el("span", "nbt-arrow", flags & F.JUMP_UP ? "▲" : "▼");
-    arrow.title = `scale ${flags & F.JUMP_UP ? "grew" : "shrank"} more than ${big ? 100 : 10}× against the previous recorded output`;
-    scale.append(arrow);
-  }
-  row.append(nameCell, out, mean, std, scale);
-  return row;
-}
-
-/** The detail pane of one call: path, facts, comparison, error, every tensor and other argument. */
-function detailContent(p, d) {
-  if (d.failed) return [el("div", "nbt-d-error", d.failed)];
-  const out = [el("div", "nbt-d-path", d.path)];
-  const meta = [`call ${d.call + 1} of ${d.calls}`, `depth ${d.depth}`];
-  if (d.children) meta.push(`${d.children} direct sub-calls`);
-  if (d.duration_ms !== null && d.duration_ms !== undefined) meta.push(`${d.duration_ms} ms`);
-  out.push(el("div", "nbt-d-meta", meta.join(" · ")));
-  if (d.comparison) {
-    const c = d.comparison;
-    const box = el("div", `nbt-d-compare nbt-st-${c.status || "none"}`);
-    box.append(el("div", "nbt-d-status", p.vocabulary.status_words[c.status] || c.status || "—"));
-    box.append(el("div", "", `in b: ${c.b_path || "(no counterpart)"}`));
-    if (c.score) box.append(el("div", "", `largest relative difference: ${c.score}`));
-    if (c.reassembled) box.append(el("div", "nbt-d-ranks", c.reassembled));
-    out.push(box);
-  }
-  if (d.error && typeof d.error === "object") {
-    out.push(el("div", "nbt-d-error", `${d.error.type}: ${d.error.message}`));
-  }
-  if (d.tensors.length) {
-    for (const x of d.tensors) {
-      const box = el("div", `nbt-d-tensor${x.nonfinite ? " nbt-bad" : ""}`);
-      const line = el("div", "nbt-d-tline");
-      line.append(el("span", `nbt-io nbt-io-${x.io}`, x.io === "input" ? "in" : "out"), el("span", "nbt-arg", x.arg),
-        el("span", "nbt-d-shape", `[${x.shape.join(", ")}] ${x.dtype}`));
-      if (x.nonfinite) line.append(el("span", "nbt-badge nbt-badge-nan", "NaN/inf"));
-      box.append(line);
-      if (x.mean || x.std || x.min || x.max) {
-        const stats = el("div", "nbt-d-stats");
-        for (const k of ["mean", "std", "min", "max"]) {
-          const cell = el("span", "nbt-d-stat");
-          cell.append(el("span", "nbt-d-k", k), el("span", "nbt-d-v", x[k] || "–"));
-          stats.append(cell);
-        }
-        box.append(stats);
-      }
-      if (x.lines) {
-        const values = el("details", "nbt-d-values");
-        const more = x.more_lines ? ` (first ${x.lines.length} of ${x.lines.length + x.more_lines} lines)` : "";
-        values.append(el("summary", "", `values${more}`), el("pre", "", x.lines.join("\n")));
-        box.append(values);
-      } else if (x.file) {
-        const file = el("div", "nbt-d-file");
-        file.append(el("span", "nbt-d-k", "file "), el("code", "", x.file));
-        file.title = x.file_path;
-        if (!x.file_exists) file.append(el("span", "nbt-d-missing", " (missing)"));
-        box.append(file);
-      }
-      out.push(box);
-    }
-  }
-  if (p.kind === "summary" && d.tensors.length) {
-    out.push(el("div", "nbt-hint", "A SUMMARY trace holds no values: open the FULL file (same folder) for the printed values."));
-  }
-  if (!d.outputs_recorded && d.children) {
-    out.push(el("div", "nbt-hint", "Outputs are not recorded for calls with sub-calls (the file format keeps them for the innermost calls only): select a sub-call."));
-  }
-  if (d.values.length) {
-    const list = el("div", "nbt-d-others");
-    for (const v of d.values) list.append(el("div", "", `${v.io === "input" ? "in" : "out"} ${v.arg} = ${v.text}`));
-    out.push(list);
-  }
-  return out;
-}
-
-// ---------------------------------------------------------------------------- the view
+// TraceView front end, part 5 of 5: the view (joined after compare_head.js, see view.py): a virtualized
+// call tree of an nbtrace Trace, or of trace a of a comparison. A plain ES module for anywidget (no build
+// step, no dependencies). A row's details are asked for with model.send({type: "detail", row}) and
+// arrive as a custom message.
 
 /** The widget's fixed DOM: header (title, chips, filter), tree pane (columns, virtual rows), detail pane. */
 function buildDom(host) {
@@ -306,18 +40,24 @@ function buildDom(host) {
   body.append(pane, detail);
   const stepbar = el("div", "nbt-stepbar"); // the step picker of several forwards (step_bar.js)
   stepbar.hidden = true;
-  root.append(head, stepbar, body);
+  const banner = el("div", "nbt-verdict"); // a comparison's verdict (compare_head.js)
+  banner.hidden = true;
+  banner.setAttribute("role", "status");
+  const legend = el("details", "nbt-legend");
+  root.append(head, stepbar, banner, body, legend);
   host.replaceChildren(root);
-  return { title, chips, input, count, tree, spacer, rowsEl, detail, stepbar };
+  return { root, title, chips, input, count, columns, tree, spacer, rowsEl, detail, stepbar, banner, legend };
 }
 
 function render({ model, el: host }) {
-  const { title, chips, input, count, tree, spacer, rowsEl, detail, stepbar } = buildDom(host);
+  const { root, title, chips, input, count, columns, tree, spacer, rowsEl, detail, stepbar, banner, legend } = buildDom(host);
+  let unmountTheme = () => {};
   // eslint-disable-next-line no-undef -- defined by step_bar.js, shipped in front of this module
   const unmountSteps = typeof mountStepBar === "function" ? mountStepBar(stepbar, model) : () => {};
 
   let p = null; // payload
   let t = null; // tree built from it
+  let index = null; // its sparse columns, by row
   let expanded = new Uint8Array(0);
   let filtered = null;
   let visible = [];
@@ -325,6 +65,7 @@ function render({ model, el: host }) {
   let selected = -1;
   const details = new Map(); // row -> detail (or {error})
   let frame = 0;
+  let waiting = 0; // the timer of a detail asked for and not answered yet
 
   function load() {
     const raw = model.get("payload");
@@ -337,10 +78,14 @@ function render({ model, el: host }) {
       return;
     }
     t = buildTree(p);
+    index = indexPayload(p);
+    unmountTheme();
+    unmountTheme = applyTheme(root, host, p.vocabulary);
     expanded = new Uint8Array(t.n);
     const depthLimit = p.expand_depth ?? 2;
     for (let i = 0; i < t.n; i++) if (t.children[i] && p.depth[i] < depthLimit) expanded[i] = 1;
     details.clear();
+    if (p.initial_detail) details.set(p.initial_detail.row, p.initial_detail.detail);
     selected = -1;
     drawHead();
     filtered = filterRows(t, model.get("filter") || "");
@@ -355,11 +100,25 @@ function render({ model, el: host }) {
 
   function drawHead() {
     const kind = (p.kind || "").toUpperCase();
-    title.replaceChildren(
-      el("span", "nbt-model", p.model),
-      el("span", "nbt-facts", ` · ${p.calls_total.toLocaleString()} calls · ${kind}`),
-    );
-    if (p.source) {
+    root.classList.toggle("nbt-with-diff", Boolean(p.compare && p.compare.difference));
+    const diffColumn = columns.querySelector(".nbt-diff");
+    if (diffColumn) diffColumn.remove();
+    if (p.compare && p.compare.difference) {
+      const header = el("span", "nbt-diff", p.compare.difference.header);
+      header.title = p.compare.difference.meaning;
+      columns.append(header);
+    }
+    verdictBanner(banner, p, () => select(p.first_divergence, { center: true }));
+    legendContent(legend, p);
+    if (p.compare) {
+      title.replaceChildren(...compareTitle(p));
+    } else {
+      title.replaceChildren(
+        el("span", "nbt-model", p.model),
+        el("span", "nbt-facts", ` · ${p.calls_total.toLocaleString()} calls · ${kind}`),
+      );
+    }
+    if (p.source && !p.compare) {
       const parts = p.source.split(/[\\/]/);
       const src = el("span", "nbt-source", parts.length > 3 ? `…/${parts.slice(-2).join("/")}` : p.source);
       src.title = p.source;
@@ -373,7 +132,7 @@ function render({ model, el: host }) {
       b.addEventListener("click", () => select(row, { center: true }));
       chips.append(b);
     };
-    chip(p.first_divergence, "nbt-chip-first", "first divergence");
+    if (!p.compare) chip(p.first_divergence, "nbt-chip-first", "first divergence");
     chip(p.first_nonfinite, "nbt-chip-nan", "first NaN/inf");
     chip(p.innermost_error, "nbt-chip-error", "raised");
   }
@@ -401,7 +160,7 @@ function render({ model, el: host }) {
     const first = Math.max(0, Math.floor(tree.scrollTop / ROW_H) - OVERSCAN);
     const last = Math.min(visible.length, Math.ceil((tree.scrollTop + height) / ROW_H) + OVERSCAN);
     const out = [];
-    for (let k = first; k < last; k++) out.push(rowElement({ p, t, selected, filtered, expanded }, visible[k], k));
+    for (let k = first; k < last; k++) out.push(rowElement({ p, t, index, selected, filtered, expanded }, visible[k], k));
     rowsEl.replaceChildren(...out);
   }
 
@@ -440,8 +199,9 @@ function render({ model, el: host }) {
   }
 
   function showDetail() {
+    clearTimeout(waiting);
     if (!t || selected < 0) {
-      detail.replaceChildren(el("div", "nbt-hint", "Select a row to see every input and output of that call."));
+      detail.replaceChildren(el("div", "nbt-hint", p && p.vocabulary ? p.vocabulary.words.select : ""));
       return;
     }
     if (p.flags[selected] & F.GAP) {
@@ -450,8 +210,11 @@ function render({ model, el: host }) {
     }
     const got = details.get(selected);
     if (!got) {
-      detail.replaceChildren(el("div", "nbt-d-path", t.path[selected]), el("div", "nbt-hint", "loading details…"));
+      const words = p.vocabulary.words;
+      const hint = el("div", "nbt-hint", words.loading);
+      detail.replaceChildren(pathElement("nbt-d-path", t.path[selected]), hint);
       model.send({ type: "detail", row: selected });
+      waiting = setTimeout(() => { hint.textContent = words.no_kernel; }, 5000);
       return;
     }
     detail.replaceChildren(...detailContent(p, got));
@@ -460,7 +223,7 @@ function render({ model, el: host }) {
   function onMessage(msg) {
     if (!msg || msg.type !== "detail") return;
     details.set(msg.row, msg.detail ? msg.detail : { failed: msg.error || "no details" });
-    if (msg.row === selected) showDetail();
+    if (msg.row === selected) showDetail(); // (clears the no-kernel timer)
   }
 
   // ---------------------------------------------------------------- interaction
@@ -566,7 +329,9 @@ function render({ model, el: host }) {
 
   return () => {
     unmountSteps();
+    unmountTheme();
     clearTimeout(filterTimer);
+    clearTimeout(waiting);
     if (frame) cancelAnimationFrame(frame);
     model.off("msg:custom", onMessage);
     model.off("change:payload", onPayload);

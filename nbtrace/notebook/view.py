@@ -14,7 +14,7 @@ import traitlets
 from ..core.load import load_trace
 from ..core.node import Node
 from ..core.trace import Trace
-from ..render.shards import call_note
+from .compare_payload import comparison_detail, comparison_payload
 from .detail import node_detail
 from .payload import tree_payload
 from .steps_source import StepSource, is_several
@@ -30,9 +30,12 @@ def _joined(*names: str) -> str:
     return "\n".join((_HERE / name).read_text(encoding="utf-8") for name in names)
 
 
-# The step picker comes first: trace_view.js mounts it when it is there.
-ESM = _joined("step_bar.js", "trace_view.js")
-CSS = _joined("trace_view.css", "step_bar.css")
+# One ES module from its parts, split by purpose (no build step): the step picker first (trace_view.js
+# mounts it when it is there), the pure tree helpers, a row, the detail pane, a comparison's header and
+# legend, then the view itself.
+ESM_PARTS = ("step_bar.js", "tree_model.js", "tree_row.js", "detail_pane.js", "compare_head.js", "trace_view.js")
+ESM = _joined(*ESM_PARTS)
+CSS = _joined("trace_view.css", "compare_view.css", "step_bar.css")
 
 
 def is_comparison(obj: object) -> bool:
@@ -118,12 +121,17 @@ class TraceView(anywidget.AnyWidget):
         self._row_nodes = row_nodes
         self._row_of_node = {id(node): row for row, node in enumerate(row_nodes) if node is not None}
         self._totals = Counter(node.module_path for node in trace.nodes())
+        if comparison is not None and is_comparison(comparison):
+            divergence = self._steps.divergence(trace) if getattr(self, "_steps", None) is not None else None
+            payload["compare"] = comparison_payload(comparison, row_nodes, divergence)
         initial: dict[str, Any] = {"selected_row": -1, "selected": ""}
         first = payload.get("first_divergence", -1)
         if first >= 0:
             node = row_nodes[first]
             assert node is not None
             initial = {"selected_row": first, "selected": node.module_path}
+            # shown at once, and where no kernel answers (a saved notebook rendered with its widget state)
+            payload["initial_detail"] = {"row": first, "detail": self.detail(first)}
         initial["payload"] = json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
         return initial
 
@@ -191,14 +199,9 @@ class TraceView(anywidget.AnyWidget):
         node = self._row_nodes[row]
         if node is None:
             return {"path": "", "marker": True}
-        entry = self._report[node.index] if self._report is not None else None
-        detail = node_detail(node, self._totals[node.module_path], entry)
-        match_of = getattr(self.comparison, "match_of", None)
-        match = match_of(node) if callable(match_of) else None
-        if match is not None and detail.get("comparison") is not None:
-            note = call_note(match.diffs)  # how a tensor-parallel side's tensors were reassembled
-            if note:
-                detail["comparison"]["reassembled"] = note
+        detail = node_detail(node, self._totals[node.module_path])
+        if self._report is not None:
+            detail["comparison"] = comparison_detail(self.comparison, node, self._report[node.index])
         return detail
 
     def _on_frontend_msg(self, _widget: Any, content: Any, _buffers: Any) -> None:
@@ -220,16 +223,21 @@ class TraceView(anywidget.AnyWidget):
         if bundle is None:
             return None
         data, metadata = bundle if isinstance(bundle, tuple) else (bundle, {})
+        data = dict(data)
+        data["text/html"] = self._static_html()
+        return data, metadata
+
+    def _static_html(self) -> str:
+        """What a place without a kernel shows: a comparison's verdict, evidence and tree, else the tree."""
+        if self._steps is not None and self._steps.comparison is not None:  # every step's verdict, then the first
+            return self._steps.comparison._repr_html_()
+        if self.comparison is not None and callable(getattr(self.comparison, "_repr_html_", None)):
+            return self.comparison._repr_html_()
         from ..render.html import tree_html
 
         status = [entry.get("status") for entry in self._report] if self._report is not None else None
-        data = dict(data)
-        data["text/html"] = tree_html(self.trace, status=status, max_rows=200)
-        if self._steps is not None and self._steps.comparison is not None:  # every step's verdict, then the first
-            data["text/html"] = self._steps.comparison._repr_html_()
-        elif self._steps is not None:
-            data["text/html"] = f"<div>step {self.step} of {self.step_count}</div>" + data["text/html"]
-        return data, metadata
+        html = tree_html(self.trace, status=status, max_rows=200)
+        return f"<div>step {self.step} of {self.step_count}</div>{html}" if self._steps is not None else html
 
     def __repr__(self) -> str:
         kind = "comparison" if self._report is not None else "trace"

@@ -1,96 +1,118 @@
-"""A Comparison as static HTML (``Comparison._repr_html_``): no script, readable without styles."""
+"""A Comparison as static HTML (``Comparison._repr_html_``, TraceView's offline fallback): no script,
+readable without styles and in light and dark themes (``html_style.py``).
+
+Every sentence comes from ``verdict.py`` and ``call_words.py``, the words the text summary and the
+widget show too.
+"""
 
 from __future__ import annotations
 
 from html import escape
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from .html import tree_html
-from .shards import cell, divergence_line, one_rank_hint, reassembly_line
-from .text import format_difference
-from .vocabulary import BAD as _BAD
-from .vocabulary import GOOD as _GOOD
-from .vocabulary import MUTED as _MUTED
-from .vocabulary import WARN as _WARN
-from .vocabulary import format_number
+from .call_words import call_words, difference_column
+from .html import legend_html, tree_html
+from .html_style import CELL, MUTED, RULE, TABLE, badge, muted
+from .shards import one_rank_hint, reassembly_line
+from .verdict import VerdictWords, verdict_words
+from .vocabulary import DIFFERENCE_MEANINGS, UNIT_MEANING, VERDICT_COLOURS
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..diff.comparison import Comparison
-    from ..diff.divergence import FirstDivergence
-
-_CELL = "padding:1px 8px 1px 0;text-align:left;white-space:pre;vertical-align:top"
 
 
-def comparison_html(comparison: Comparison, max_rows: int = 300) -> str:
-    """Verdict, first divergence with its numbers, and a's call tree coloured by status."""
+def comparison_html(comparison: Comparison, max_rows: int = 300, divergence: Any = None) -> str:
+    """Both sides, the notes, the verdict with its evidence and tensors (a beside b), and a's call tree
+    with each call's status and difference."""
     a, b = comparison.a, comparison.b
+    words = verdict_words(comparison, divergence)
     head = (
-        f"<div><b>{escape(a.model_name)}</b> (a, {len(a):,} calls, {a.kind.upper()}) vs "
-        f"<b>{escape(b.model_name)}</b> (b, {len(b):,} calls, {b.kind.upper()}) · "
+        f"<div><b>a: {escape(a.model_name)}</b> ({len(a):,} calls, {a.kind.upper()}) vs "
+        f"<b>b: {escape(b.model_name)}</b> ({len(b):,} calls, {b.kind.upper()}) · "
         f"{len(comparison.matches):,} calls aligned by {escape(comparison.alignment.method)} · "
         f"{comparison.compared:,} tensor pairs compared · unmatched: "
         f"{len(comparison.unmatched_a):,} in a, {len(comparison.unmatched_b):,} in b</div>"
     )
-    notes = (reassembly_line(comparison), one_rank_hint(a, "a"), one_rank_hint(b, "b"))
-    head += "".join(f'<div style="color:{_MUTED}">{escape(note)}</div>' for note in notes if note)
-    first = comparison.first_divergence
-    if first is not None:
-        verdict = _divergence_html(first)
-    elif comparison.agree:
-        verdict = (
-            f'<div style="color:{_GOOD};font-weight:bold">✓ agree: every compared tensor is within tolerance</div>'
-        )
-    else:
-        verdict = f'<div style="color:{_WARN};font-weight:bold">nothing could be compared</div>'
-    statuses = [row["status"] for row in comparison.node_report()]
+    facts = (reassembly_line(comparison), one_rank_hint(a, "a"), one_rank_hint(b, "b"))
+    head += "".join(f'<div style="{MUTED}">{escape(line)}</div>' for line in facts if line)
+    head += "".join(f"<div>{badge('note', 'diverged')} {escape(note)}</div>" for note in words.notes)
+    if words.weights:
+        listed = "".join(f"<li><code>{escape(w)}</code></li>" for w in words.weights[:8])
+        more = f"<li>… {len(words.weights) - 8} more (Comparison.weights)</li>" if len(words.weights) > 8 else ""
+        head += f"<div>weights that differ ({len(words.weights)}):<ul style=\"margin:0\">{listed}{more}</ul></div>"
+    column = difference_column(comparison)
+    meaning = DIFFERENCE_MEANINGS["own" if column is not None and column.kind == "units" else "relative"]
+    key = f"{column.header}: {meaning}" + (f" ({UNIT_MEANING})" if column and column.kind == "units" else "")
+    tree = tree_html(comparison.a, status=[row["status"] for row in comparison.node_report()], max_rows=max_rows,
+                     difference=column)
     return (
-        f'<div class="nbtrace-comparison" style="font-size:12px">{head}{verdict}'
-        f"{_tree(comparison, statuses, max_rows)}</div>"
+        f'<div class="nbtrace-comparison" style="font-size:12px">{head}{_verdict_html(comparison, words)}'
+        f"{legend_html(key if column is not None else None)}{tree}</div>"
     )
 
 
-def _divergence_html(first: FirstDivergence) -> str:
-    b_side = f" (b: <code>{escape(first.b_path)}</code>)" if first.b_path else " (no counterpart in b)"
-    approx = "" if first.exact else " — approximate"
-    lines = [
-        f'<div style="color:{_BAD};font-weight:bold">✗ first divergence: <code>{escape(first.module_path)}</code>'
-        f"{approx}</div>",
-        f"<div>{b_side.strip()}</div>",
-        f"<div>{escape(first.reason)}</div>",
-        f"<div><code>{escape(format_difference(first))}</code></div>",
-    ]
-    ranks = divergence_line(first)
-    if ranks:
-        lines.append(f"<div><b>{escape(ranks)}</b></div>")
-    if first.b_only_between:
-        shown = ", ".join(first.b_only_between[:6]) + ("…" if len(first.b_only_between) > 6 else "")
-        lines.append(f'<div style="color:{_MUTED}">b also runs, with no counterpart in a: {escape(shown)}</div>')
-    if first.earlier:
-        shown = "; ".join(f"{p} {io}s {arg} ({format_number(x)})" for p, io, arg, x in first.earlier)
-        lines.append(f'<div style="color:{_MUTED}">smaller differences already show at: {escape(shown)}</div>')
-    rows = "".join(
-        f'<tr><td style="{_CELL}">{escape(d.io)}</td><td style="{_CELL}">{escape(d.arg)}</td>'
-        f'<td style="{_CELL}">{escape(d.b_arg)}</td><td style="{_CELL}">{escape(str(list(d.shape)))}</td>'
-        f'<td style="{_CELL}">{escape(d.basis or "-")}</td>'
-        f'<td style="{_CELL}">{format_number(d.score)}</td>'
-        f'<td style="{_CELL};color:{_GOOD if d.ok else _BAD if d.ok is False else _MUTED}">'
-        f'{"ok" if d.ok else "differs" if d.ok is False else "-"}</td>'
-        + (f'<td style="{_CELL}">{escape(cell(d))}</td>' if ranks else "")
-        + "</tr>"
-        for d in first.diffs
-    )
-    head = "".join(
-        f'<th style="{_CELL};border-bottom:1px solid {_MUTED}">{name}</th>'
-        for name in ("io", "a arg", "b arg", "shape", "basis", "score", "", *(("reassembled",) if ranks else ()))
-    )
-    table = (
-        f'<div>tensors of <code>{escape(first.observed_path)}</code>:</div>'
-        f'<table style="border-collapse:collapse;font-family:monospace"><thead><tr>{head}</tr></thead>'
-        f"<tbody>{rows}</tbody></table>"
-    )
-    box = f"margin:4px 0;padding:4px 6px;border:1px solid {_BAD};border-radius:3px"
-    return f'<div style="{box}">{"".join(lines)}{table}</div>'
+def _verdict_html(comparison: Comparison, words: VerdictWords) -> str:
+    title = badge(f"{words.mark} {words.word}", VERDICT_COLOURS.get(words.verdict, "diverged"))
+    div = words.divergence
+    if div is None:
+        headline = words.headline.split(": ", 1)[-1]
+        extra = "".join(f"<div>close to a flag: {escape(s)}</div>" for s in words.suspects)
+        return f'<div style="margin:4px 0">{title} {escape(headline)}{extra}</div>'
+    where = f"first divergence: <code>{escape(div.module_path)}</code>"
+    where += f" (b: <code>{escape(div.b_path)}</code>)" if div.b_path else " (no counterpart in b)"
+    where += "" if div.exact else " — approximate"
+    if div.step:
+        where += f" · step {div.step}"
+    lines = [f"<div>{title} {where}</div>", f"<div>{escape(div.reason)}</div>"]
+    if div.numbers:
+        lines.append(f"<div>seen at <code>{escape(div.seen_at or '')}</code>: <code>{escape(div.numbers)}</code></div>")
+    if div.evidence:
+        confidence = f" ({escape(div.confidence)})" if div.confidence else ""
+        rows = "".join(
+            f'<tr><td style="{CELL}"><b>{escape(e.test)}</b></td><td style="{CELL};white-space:normal">'
+            f'{escape(e.sentence)}</td><td style="{CELL}">{escape(e.statistic)}</td>'
+            f'<td style="{CELL}">{escape(e.threshold)}</td><td style="{CELL}"><b>{escape(e.score)}</b></td>'
+            f'<td style="{CELL}">{escape(e.source)}</td></tr>'
+            for e in div.evidence
+        )
+        head = "".join(f'<th style="{CELL};{RULE}">{name}</th>'
+                       for name in ("test", "", "statistic", "threshold", "score", "from"))
+        lines.append(f"<div>evidence{confidence}:</div><table style=\"{TABLE};font-family:inherit\">"
+                     f"<thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
+    if div.ranks:
+        lines.append(f"<div><b>{escape(div.ranks)}</b></div>")
+    if div.weights:
+        lines.append("<div>weights of this module that differ: "
+                     + "; ".join(f"<code>{escape(w)}</code>" for w in div.weights) + "</div>")
+    lines.extend(f'<div style="{MUTED}">note: {escape(hint)}</div>' for hint in div.hints)
+    lines.extend(f"<div>close to a flag: {escape(s)}</div>" for s in words.suspects)
+    lines.append(_observed_tensors(comparison))
+    box = "margin:4px 0;padding:4px 6px;border:1px solid rgba(128,128,128,0.7);border-radius:3px"
+    return f'<div style="{box}">{"".join(lines)}</div>'
 
 
-def _tree(comparison: Comparison, statuses: list[str], max_rows: int) -> str:
-    return tree_html(comparison.a, status=statuses, max_rows=max_rows)
+def _observed_tensors(comparison: Comparison) -> str:
+    """The tensors of the call where the difference was seen, a's and b's side by side."""
+    first = comparison.first_divergence
+    if first is None or not hasattr(first, "observed_path"):
+        return ""
+    match = next((m for m in comparison.matches if m.diffs is first.diffs), None)
+    if match is None:
+        return ""
+    entry = {"status": "diverged", "b_path": match.b.module_path}
+    tensors = call_words(comparison, match.a, entry).tensors
+    ranked = any(t.reassembled for t in tensors)
+    names = ("io", "a arg", "b arg", "shape", "basis", "a mean / std", "b mean / std", "difference", "tolerance", "",
+             *(("reassembled",) if ranked else ()))
+    head = "".join(f'<th style="{CELL};{RULE}">{name}</th>' for name in names)
+    rows = []
+    for t in tensors:
+        verdict = badge(t.verdict, "first") if t.ok is False else muted(escape(t.verdict))
+        cells = (t.io, t.arg, t.b_arg, f"{t.shape} {t.dtype}", t.basis, f"{t.a.get('mean', '')} / {t.a.get('std', '')}",
+                 f"{t.b.get('mean', '')} / {t.b.get('std', '')}", t.numbers, t.tolerance)
+        rows.append("<tr>" + "".join(f'<td style="{CELL}">{escape(c)}</td>' for c in cells)
+                    + f'<td style="{CELL}">{verdict}</td>'
+                    + (f'<td style="{CELL}">{escape(t.reassembled)}</td>' if ranked else "") + "</tr>")
+    return (f"<div>tensors of <code>{escape(first.observed_path)}</code> (a beside b):</div>"
+            f'<table style="{TABLE}"><thead><tr>{head}</tr></thead>'
+            f"<tbody>{''.join(rows)}</tbody></table>")

@@ -11,25 +11,22 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from html import escape
+from typing import TYPE_CHECKING
 
 from ..core.dtypes import short_dtype
 from ..core.node import Node
 from ..core.trace import Trace
+from .html_style import CELL as _CELL
+from .html_style import MUTED as _MUTED
+from .html_style import NUM as _NUM
+from .html_style import RULE, badge, bar, muted, tint
 from .tree_rows import rows_in_order
-from .vocabulary import BAD as _BAD
-from .vocabulary import MUTED as _MUTED
-from .vocabulary import STATUS_COLOURS, STATUS_WORDS, format_number, gap_label, short_shape
+from .vocabulary import PALETTE, STATUS_MEANINGS, STATUS_WORDS, format_number, gap_label, short_shape
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .call_words import DifferenceColumn
 
 MAX_ROWS = 300
-_CELL = "padding:1px 8px 1px 0;text-align:left;white-space:pre;vertical-align:top"
-_NUM = "padding:1px 8px 1px 0;text-align:right;white-space:pre;vertical-align:top"
-
-
-def _badge(text: str, colour: str) -> str:
-    return (
-        f'<span style="color:#fff;background:{colour};border-radius:3px;padding:0 4px;'
-        f'font-weight:bold">{escape(text)}</span>'
-    )
 
 
 def _prefixes(order: list) -> list[str]:
@@ -64,12 +61,14 @@ def tree_html(
     status: Sequence[str | None] | None = None,
     max_rows: int = MAX_ROWS,
     max_depth: int | None = None,
+    difference: DifferenceColumn | None = None,
 ) -> str:
     """A static table of the call tree: name, ×N, output shape and dtype, mean, std, flags.
 
     ``status`` (one entry per node of ``trace.nodes()``: "match", "diverged", "first",
-    "only_a", "no_data" or None) colours each call as a comparison does. At most
-    ``max_rows`` rows (call order) and ``max_depth`` levels are shown; the rest is counted.
+    "only_a", "no_data" or None) tints each call as a comparison does; ``difference`` (a
+    comparison's ``call_words.difference_column``) adds its column. At most ``max_rows``
+    rows (call order) and ``max_depth`` levels are shown; the rest is counted.
     """
     nodes = trace.nodes()
     if status is not None and len(status) != len(nodes):
@@ -81,6 +80,7 @@ def tree_html(
         if max_depth is None or (item[0] if isinstance(item, tuple) else item.depth) <= max_depth
     ]
     prefixes = _prefixes(order)
+    columns = 6 if difference is not None else 5
     inside = [0] * len(nodes)  # calls in each node's subtree
     for node in reversed(nodes):
         if node.parent is not None:
@@ -91,10 +91,12 @@ def tree_html(
         if isinstance(item, tuple):
             _, layer_prefix, first, last = item
             text = escape(f"{prefix}… {gap_label(layer_prefix, first, last)}")
-            rows.append(f'<tr><td style="{_CELL};color:{_MUTED};font-style:italic" colspan="5">{text}</td></tr>')
+            rows.append(f'<tr><td style="{_CELL};{_MUTED};font-style:italic" colspan="{columns}">{text}</td></tr>')
             continue
         state = status[item.index] if status else None
-        rows.append(_node_row(item, prefix, totals[item.module_path], inside[item.index], state))
+        cell = difference.cells[item.index] if difference is not None else None
+        rows.append(_node_row(item, prefix, totals[item.module_path], inside[item.index], state,
+                              _difference_cell(cell, state) if difference is not None else None))
     hidden = len(order) - len(shown)
     deeper = len(nodes) - sum(1 for item in order if not isinstance(item, tuple))
     notes = []
@@ -104,22 +106,29 @@ def tree_html(
         notes.append(f"{deeper:,} calls deeper than depth {max_depth} not shown")
     if notes:
         hint = "; ".join(notes) + " (nbtrace.TraceView shows them all)"
-        rows.append(f'<tr><td style="{_CELL};color:{_MUTED}" colspan="5">{escape(hint)}</td></tr>')
-    head = "".join(
-        f'<th style="{style};border-bottom:1px solid {_MUTED}">{name}</th>'
-        for name, style in (("module", _CELL), ("output", _CELL), ("mean", _NUM), ("std", _NUM), ("", _CELL))
-    )
+        rows.append(f'<tr><td style="{_CELL};{_MUTED}" colspan="{columns}">{escape(hint)}</td></tr>')
+    names = [("module", _CELL), ("output", _CELL), ("mean", _NUM), ("std", _NUM)]
+    names += [(difference.header, _CELL)] if difference is not None else []
+    head = "".join(f'<th style="{style};{RULE}">{escape(name)}</th>' for name, style in [*names, ("", _CELL)])
     return (
         '<table class="nbtrace-tree" style="border-collapse:collapse;font-family:monospace;font-size:12px;'
         f'line-height:1.35"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
     )
 
 
-def _node_row(node: Node, prefix: str, calls: int, inside: int, state: str | None) -> str:
+def _difference_cell(cell, state: str | None) -> str:
+    if cell is None:
+        return f'<td style="{_CELL}">{muted("-")}</td>'
+    colour = state if state in PALETTE else "only_a"
+    return (f'<td style="{_CELL}" title="{escape(cell.tooltip, quote=True)}">{escape(cell.text)} '
+            f"{bar(cell.level, colour, cell.inherited_level)}</td>")
+
+
+def _node_row(node: Node, prefix: str, calls: int, inside: int, state: str | None, difference: str | None) -> str:
     outputs = node.output_tensors()
     name = f"<b>{escape(node.label)}</b>" if node.parent is None else escape(node.label)
     if calls > 1:
-        name += f' <span style="color:{_MUTED}">×{calls} (call {node.call_index + 1})</span>'
+        name += " " + muted(f"×{calls} (call {node.call_index + 1})")
     output = mean = std = ""
     if outputs:
         first = outputs[0]
@@ -130,28 +139,37 @@ def _node_row(node: Node, prefix: str, calls: int, inside: int, state: str | Non
         if first.mean is None:
             mean = std = ""
     elif node.children:
-        output = f'<span style="color:{_MUTED}">{inside:,} calls</span>'
+        output = muted(f"{inside:,} calls")
     flags: list[str] = []
     if node.nonfinite:
-        flags.append(_badge("NaN/inf", _BAD))
+        flags.append(badge("NaN/inf", "bad"))
     if node.error is not None:
         message = f"{node.error.get('type', 'error')}: {node.error.get('message', '')}"
-        flags.append(_badge("error", _BAD) + f' <span style="color:{_BAD}">{escape(message[:200])}</span>')
+        flags.append(badge("error", "bad") + f" {escape(message[:200])}")
     style = _CELL
-    if state in STATUS_COLOURS:
-        colour, words = STATUS_COLOURS[state], STATUS_WORDS[state]
-        style += f";color:{colour}"
+    if state in STATUS_WORDS:
+        words = STATUS_WORDS[state]
+        style += ";" + tint(state)
         if state == "first":
             style += ";font-weight:bold"
-            flags.insert(0, _badge(f"◀ {words}", colour))
+            flags.insert(0, badge(f"◀ {words}", state, STATUS_MEANINGS[state]))
         elif state != "match":
-            flags.insert(0, f'<span style="color:{colour}">{escape(words)}</span>')
+            flags.insert(0, muted(escape(words)) if state in ("only_a", "no_data") else escape(words))
     title = escape(node.module_path, quote=True)
     return (
         f'<tr title="{title}"><td style="{style}">{escape(prefix)}{name}</td>'
         f'<td style="{_CELL}">{output}</td><td style="{_NUM}">{mean}</td><td style="{_NUM}">{std}</td>'
-        f'<td style="{_CELL}">{" ".join(flags)}</td></tr>'
+        f'{difference or ""}<td style="{_CELL}">{" ".join(flags)}</td></tr>'
     )
+
+
+def legend_html(with_difference: str | None = None) -> str:
+    """What the tints of a comparison's tree mean (and its difference column), in one line."""
+    parts = [f'<span style="{tint(name)};padding:0 6px">{escape(STATUS_WORDS[name])}</span> '
+             f"{escape(STATUS_MEANINGS[name])}" for name in STATUS_WORDS]
+    if with_difference:
+        parts.append(escape(with_difference))
+    return f'<div style="margin:2px 0;{_MUTED}">{" · ".join(parts)}</div>'
 
 
 def trace_html(trace: Trace, max_rows: int = MAX_ROWS) -> str:
@@ -159,10 +177,10 @@ def trace_html(trace: Trace, max_rows: int = MAX_ROWS) -> str:
     facts = [f"{len(trace):,} module calls", trace.kind.upper()]
     bad = trace.first_nonfinite()
     if bad is not None:
-        facts.append(f'<span style="color:{_BAD}">first NaN/inf: {escape(bad.module_path)}</span>')
+        facts.append(badge(f"first NaN/inf: {bad.module_path}", "bad"))
     errors = trace.errors()
     if errors:
-        facts.append(f'<span style="color:{_BAD}">raised in {escape(errors[-1].module_path)}</span>')
-    source = f'<div style="color:{_MUTED}">{escape(str(trace.source))}</div>' if trace.source else ""
+        facts.append(badge(f"raised in {errors[-1].module_path}", "bad"))
+    source = f'<div style="{_MUTED}">{escape(str(trace.source))}</div>' if trace.source else ""
     header = f"<div><b>Trace of {escape(trace.model_name)}</b> · {' · '.join(facts)}</div>{source}"
     return f'<div class="nbtrace-static" style="font-size:12px">{header}{tree_html(trace, max_rows=max_rows)}</div>'

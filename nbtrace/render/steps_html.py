@@ -6,8 +6,9 @@ from html import escape
 from typing import TYPE_CHECKING
 
 from .compare_html import comparison_html
+from .html_style import MUTED, RULE, TABLE, badge
 from .steps_text import format_count, format_tokens, step_where, steps_summary
-from .vocabulary import STATUS_COLOURS, STATUS_WORDS
+from .vocabulary import BADGE_COLOURS, STATUS_WORDS
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..diff.steps import StepsComparison
@@ -20,12 +21,13 @@ def steps_html(comparison: StepsComparison, max_steps: int = MAX_STEPS) -> str:
     """The summary, a table of the steps (status colours of the vocabulary), and the first diverging step's tree."""
     summary = f'<pre style="margin:0 0 4px 0;white-space:pre-wrap">{escape(steps_summary(comparison))}</pre>'
     head = "".join(
-        f'<th style="{_CELL};border-bottom:1px solid #757575">{name}</th>'
+        f'<th style="{_CELL};{RULE}">{name}</th>'
         for name in ("step", "input", "cache", "token a", "token b", "verdict", "first divergence in the step")
     )
     rows = []
     for step in comparison.steps[:max_steps]:
-        colour = STATUS_COLOURS.get(step.status, "inherit")
+        word = STATUS_WORDS.get(step.status, step.status)
+        verdict = badge(word, step.status) if step.status in BADGE_COLOURS else word
         where = step_where(step)
         cells = (
             str(step.step),
@@ -37,13 +39,13 @@ def steps_html(comparison: StepsComparison, max_steps: int = MAX_STEPS) -> str:
         rows.append(
             "<tr>"
             + "".join(f'<td style="{_CELL}">{escape(cell)}</td>' for cell in cells)
-            + f'<td style="{_CELL};color:{colour};font-weight:bold">{escape(STATUS_WORDS.get(step.status, step.status))}</td>'
+            + f'<td style="{_CELL}">{verdict}</td>'
             + f'<td style="{_CELL}"><code>{escape(where)}</code></td></tr>'
         )
     more = len(comparison.steps) - max_steps
-    note = f'<div style="color:#757575">… {more} more steps (to_dataframe() has them all)</div>' if more > 0 else ""
+    note = f'<div style="{MUTED}">… {more} more steps (to_dataframe() has them all)</div>' if more > 0 else ""
     table = (
-        f'<table style="border-collapse:collapse;font-family:monospace"><thead><tr>{head}</tr></thead>'
+        f'<table style="{TABLE}"><thead><tr>{head}</tr></thead>'
         f"<tbody>{''.join(rows)}</tbody></table>{note}"
     )
     detail = ""

@@ -6,13 +6,16 @@ from typing import TYPE_CHECKING
 
 from ..core.node import Node
 from ..core.trace import Trace
-from .shards import cell, divergence_line, is_ranked, one_rank_hint, reassembly_line
-from .vocabulary import STATUS_MARKS, describe_tensor, format_number, gap_label
+from .call_words import difference_column
+from .shards import cell, is_ranked, one_rank_hint, reassembly_line
+from .verdict import divergence_words, format_difference, verdict_words
+from .vocabulary import STATUS_MARKS, describe_tensor, format_units, gap_label
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..diff.comparison import Comparison
     from ..diff.divergence import FirstDivergence
-    from ..diff.metrics import TensorDiff
+
+__all__ = ["comparison_summary", "describe_divergence", "format_comparison_table", "format_difference", "format_tree"]
 
 
 def node_summary(node: Node) -> str:
@@ -79,29 +82,36 @@ def _render(
 
 
 def format_comparison_table(comparison: Comparison, rows: int = 30) -> str:
-    """A compact table of a's calls for ``nbtrace diff``: status, a's call, b's call, basis, score.
+    """A compact table of a's calls for ``nbtrace diff``: status, a's call, b's call, basis, difference.
 
-    At most ``rows`` rows, starting a few calls before the first divergence.
+    The difference is the call's own and inherited difference where the verdict measured them
+    (``Match.difference``), else the largest relative difference on its own tensors (the column
+    of every tree view: ``call_words.difference_column``). At most ``rows`` rows, starting a few
+    calls before the first divergence.
     """
     report = comparison.node_report()
     nodes = comparison.a.nodes()
+    column = difference_column(comparison)
+    units = column is not None and column.kind == "units"
     start = 0
     first = comparison.first_divergence
     if first is not None:
         start = max(0, first.node.index - 5)
     shown = list(range(start, min(len(nodes), start + max(rows, 1))))
     ranked = is_ranked(comparison)
-    table = [("", "a (reference)", "b", "basis", "score", "reassembled" if ranked else "")]
+    header = ["", "a (reference)", "b", "basis", column.header if column else "score"]
+    header += ["inherited (u)"] if units else []
+    table = [header + ["reassembled" if ranked else ""]]
+    blank = [""] * len(header)
     for i in shown:
         node, row = nodes[i], report[i]
         gap = node.gap_before()
         if gap is not None:
-            table.append(("", "  " * node.depth + f"… {gap_label(gap.prefix, gap.first, gap.last)}", "", "", "", ""))
+            table.append(["", "  " * node.depth + f"… {gap_label(gap.prefix, gap.first, gap.last)}", *blank[2:], ""])
         match = comparison.match_of(node)
         basis = layouts = ""
         if match is not None:
-            bases = sorted({d.basis for d in match.diffs if d.basis})
-            basis = ",".join(bases)
+            basis = ",".join(sorted({d.basis for d in match.diffs if d.basis}))
             if ranked:
                 layouts = "; ".join(f"{d.arg} {cell(d)}" for d in match.diffs if cell(d))
         name = "  " * node.depth + node.label
@@ -111,20 +121,19 @@ def format_comparison_table(comparison: Comparison, rows: int = 30) -> str:
         if b_name and "." in b_name:
             b_name = b_name.split(".", 1)[1]
         mark = STATUS_MARKS.get(row["status"], row["status"])
-        table.append((mark, name, b_name, basis, format_number(row["score"]), layouts))
-    widths = [max(len(r[k]) for r in table) for k in range(6)]
+        found = column.cells[i] if column is not None else None
+        difference = [found.text if found else "-"]
+        if units:
+            difference.append(format_units(match.difference.inherited) if found and match else "-")
+        table.append([mark, name, b_name, basis, *difference, layouts])
+    count = len(table[0])
+    widths = [max(len(r[k]) for r in table) for k in range(count)]
     widths[1] = min(widths[1], 60)
     widths[2] = min(widths[2], 50)
     lines = []
     for r in table:
-        cells = [
-            r[0].ljust(widths[0]),
-            _clip(r[1], widths[1]).ljust(widths[1]),
-            _clip(r[2], widths[2]).ljust(widths[2]),
-            r[3].ljust(widths[3]),
-            r[4].ljust(widths[4]),
-            r[5],
-        ]
+        cells = [r[0].ljust(widths[0]), _clip(r[1], widths[1]).ljust(widths[1]), _clip(r[2], widths[2]).ljust(widths[2])]
+        cells += [r[k].ljust(widths[k]) for k in range(3, count - 1)] + [r[-1]]
         lines.append("  ".join(cells).rstrip())
     if start > 0:
         lines.insert(1, f"… {start} calls before")
@@ -142,56 +151,27 @@ def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else "…" + text[-(width - 1):]
 
 
-def format_difference(div: FirstDivergence | TensorDiff) -> str:
-    """``[tensors] max_abs=… max_rel=… cosine=…`` or the stat differences, with the basis."""
-    parts = []
-    for name in ("max_abs", "max_rel", "cosine"):
-        value = getattr(div, name)
-        if value is not None:
-            parts.append(f"{name}={value:.6f}" if name == "cosine" else f"{name}={format_number(value)}")
-    for name, value in div.stat_diffs.items():
-        parts.append(f"Δ{name}={format_number(value)}")
-    basis = div.basis or "no data"
-    return f"[{basis}] " + " ".join(parts)
-
-
 def describe_divergence(div: FirstDivergence) -> str:
-    """The first divergence in a few lines: where, why, and the numbers."""
-    b = f" (b: {div.b_path})" if div.b_path and div.b_path != div.module_path else ""
-    head = f"first divergence: {div.module_path}{b}{'' if div.exact else ' (approximate)'}"
-    text = head + "\n  " + div.reason + "\n  " + format_difference(div)
-    ranks = divergence_line(div)
-    if ranks:
-        text += "\n  " + ranks
-    if div.earlier:
-        shown = "; ".join(f"{path} {io}s {arg} ({format_number(excess)})" for path, io, arg, excess in div.earlier)
-        text += f"\n  note: smaller differences, within tolerance but beyond rounding, show earlier: {shown}"
-    return text
+    """The first divergence in a few lines: where, why, the numbers and the evidence (``str(first)``)."""
+    return "\n".join(divergence_words(div).lines)
 
 
 def comparison_summary(comparison: Comparison, divergence: FirstDivergence | None = None) -> str:
-    """A few lines for a terminal: the verdict, the first divergence (``divergence`` instead, if given), what is
-    unmatched."""
+    """A few lines for a terminal: the facts, the notes, then the verdict (``divergence`` instead of the
+    comparison's own first divergence, if given) with its evidence (``verdict.py``: the words every view shows)."""
     a, b = comparison.a, comparison.b
+    words = verdict_words(comparison, divergence)
     lines = [
         f"a: {a.model_name} ({len(a)} calls)  b: {b.model_name} ({len(b)} calls)",
         f"aligned {len(comparison.matches)} calls ({comparison.alignment.method}); {comparison.compared} tensor "
         f"pairs compared; unmatched: {len(comparison.unmatched_a)} in a, {len(comparison.unmatched_b)} in b",
     ]
-    serious = [w for w in comparison.weights if w.serious]
-    if serious:
-        lines.append(f"weights that differ ({len(serious)}):")
-        lines.extend(f"  {w}" for w in serious[:8])
-        if len(serious) > 8:
-            lines.append(f"  … {len(serious) - 8} more (Comparison.weights)")
+    if words.weights:
+        lines.append(f"weights that differ ({len(words.weights)}):")
+        lines.extend(f"  {w}" for w in words.weights[:8])
+        if len(words.weights) > 8:
+            lines.append(f"  … {len(words.weights) - 8} more (Comparison.weights)")
     lines += [line for line in (reassembly_line(comparison), one_rank_hint(a, "a"), one_rank_hint(b, "b")) if line]
-    lines.extend(f"note: {note}" for note in comparison.notes)
-    if comparison.first_divergence is not None:
-        lines.append(describe_divergence(divergence or comparison.first_divergence))
-    elif comparison.agree:
-        lines.append("agree: every compared tensor is within tolerance")
-    elif comparison.compared == 0:
-        lines.append("unresolved: nothing could be compared (no aligned tensors with data on both sides)")
-    else:
-        lines.append(f"unresolved: only {comparison.coverage:.0%} of a's calls were aligned; no verdict")
+    lines.extend(f"note: {note}" for note in words.notes)
+    lines.extend(words.lines)
     return "\n".join(lines)

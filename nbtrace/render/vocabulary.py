@@ -1,8 +1,9 @@
-"""One vocabulary for every view: how numbers, shapes, dtypes, pruned layers and statuses read.
+"""One vocabulary for every view: how numbers, shapes, dtypes, pruned layers, statuses and verdicts read.
 
 The text tree, the static HTML, the tables, the plots, the CLI and the widget all
-take their words from here; the widget's ES module gets ``widget_vocabulary()``
-with its payload, so a status reads the same in Python and in the browser.
+take their words, number formats and colours from here; the widget's ES module gets
+``widget_vocabulary()`` with its payload, so a status reads the same in Python and in
+the browser. Sentences about one comparison are assembled in ``verdict.py`` from these.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 SIGNIFICANT_DIGITS = 3
 
-#: status -> (words, colour, mark in the CLI table); the statuses of ``diff.report.STATUSES``.
+# -- statuses of a comparison's calls (``diff.report.STATUSES``) ------------------------------------
 STATUS_WORDS = {
     "match": "match",
     "diverged": "diverged",
@@ -27,8 +28,79 @@ STATUS_WORDS = {
     "no_data": "no data",
 }
 STATUS_MARKS = {"match": "ok", "diverged": "DIFF", "first": ">>>", "only_a": "only a", "no_data": "-"}
-GOOD, WARN, BAD, MUTED = "#2e7d32", "#e65100", "#c62828", "#757575"
-STATUS_COLOURS = {"match": GOOD, "diverged": WARN, "first": BAD, "only_a": MUTED, "no_data": MUTED}
+#: what each status means, for legends and tooltips
+STATUS_MEANINGS = {
+    "match": "its tensors agree with b's",
+    "diverged": "a tensor of this call, or of a call inside it, differs",
+    "first": "where the difference is born",
+    "only_a": "no counterpart in b",
+    "no_data": "nothing to compare here",
+}
+#: a call's situation in a sentence (the detail pane's first line), by status and whether its own tensors differ
+CALL_SITUATIONS = {
+    "first": "the difference is born here: this call's code makes it",
+    "diverged_own": "its tensors differ from b's",
+    "diverged_inside": "its own tensors agree; a call inside it differs",
+    "match": "every tensor compared agrees",
+    "only_a": "no counterpart in b: nothing was compared",
+    "no_data": "nothing could be compared (no tensors on both sides, or pruned from b)",
+}
+
+# -- colours: (light theme, dark theme) for text and stripes on the theme's own background ------------
+# Each has a contrast ratio of at least 4.5 against JupyterLab's backgrounds of its theme
+# (light: white, #eee; dark: #111, #212121, #424242); tests/test_contrast.py checks it.
+PALETTE = {
+    "match": ("#2a712e", "#81c784"),
+    "diverged": ("#a84300", "#ffb74d"),
+    "first": ("#c62828", "#ffa4a4"),
+    "only_a": ("#616161", "#bdbdbd"),
+    "no_data": ("#616161", "#bdbdbd"),
+    "scale": ("#6a1b9a", "#d7a8e0"),  # a jump of scale: not a status, so not a status colour
+    "bad": ("#c62828", "#ffa4a4"),  # NaN/inf, errors
+}
+#: solid backgrounds that carry white text in either theme (badges): contrast >= 4.5 with white
+BADGE_COLOURS = {
+    "match": "#2a712e",
+    "diverged": "#a84300",
+    "first": "#c62828",
+    "only_a": "#616161",
+    "no_data": "#616161",
+    "scale": "#6a1b9a",
+    "bad": "#c62828",
+}
+#: how strongly a row is tinted with its status colour (a background both themes' text stays readable on)
+TINT_ALPHA = 0.16
+STATUS_COLOURS = {name: light for name, (light, _) in PALETTE.items() if name in STATUS_WORDS}
+GOOD, WARN, BAD, MUTED = (PALETTE[name][0] for name in ("match", "diverged", "first", "only_a"))
+
+# -- verdicts of a comparison (``diff.evidence.VERDICTS``) ---------------------------------------------
+VERDICT_WORDS = {"agree": "agree", "diverge": "diverge", "unresolved": "unresolved"}
+VERDICT_MARKS = {"agree": "✓", "diverge": "✗", "unresolved": "?"}
+#: whose colour a verdict wears
+VERDICT_COLOURS = {"agree": "match", "diverge": "first", "unresolved": "diverged"}
+AGREE_SENTENCE = "every compared tensor is within tolerance"
+NOTHING_COMPARED = "nothing could be compared (no aligned tensors with data on both sides)"
+CONFIDENCE_WORDS = {"certain": "certain", "likely": "likely"}
+
+# -- one call's difference (``diff.evidence.CallDifference``) and the evidence of a verdict ---------
+UNIT = "u"
+UNIT_MEANING = "u is the unit roundoff of the dtype compared (2⁻²⁴ for float32, 2⁻⁸ for bfloat16)"
+DIFFERENCE_WORDS = {
+    "own": "own",
+    "inherited": "inherited",
+    "out": "out",
+    "score": "score",
+    "relative": "largest relative difference",
+}
+DIFFERENCE_MEANINGS = {
+    "own": "what this call's own code added to the difference",
+    "inherited": "the difference it was handed (its inputs)",
+    "out": "the difference of its outputs",
+    "score": "its strongest test against its threshold (1 or more: the difference is born here)",
+    "relative": "max |a − b| / max |a| over this call's own tensors",
+}
+TENSOR_VERDICT_WORDS = {True: "ok", False: "differs", None: "not compared"}
+SOURCE_WORDS = {"files": "the two traces", "replay": "the port run on a's inputs", "weights": "the weights"}
 
 
 def format_number(value: float | None, missing: str = "-") -> str:
@@ -50,6 +122,28 @@ def format_number(value: float | None, missing: str = "-") -> str:
     if 1e-3 <= size < 1:
         return f"{value:.3f}"
     return f"{value:.2e}"
+
+
+def format_units(value: float | None, missing: str = "-") -> str:
+    """A difference in units of the dtype's unit roundoff: ``3.20 u``, ``1.52e+04 u``."""
+    return missing if value is None else f"{format_number(value)} {UNIT}"
+
+
+def format_score(value: float | None, missing: str = "-") -> str:
+    """A test's score (its statistic over its threshold): ``73.7×``."""
+    return missing if value is None else f"{format_number(value)}×"
+
+
+def difference_level(value: float | None, units: bool) -> int:
+    """How long a difference's bar is (0–100), on a log scale: relative differences from 1e-9 to 1,
+    differences in units of u from 0.1 to 1e7."""
+    if value is None or value != value:
+        return 0
+    if value == math.inf:
+        return 100
+    low, high = (-1.0, 7.0) if units else (-9.0, 0.0)
+    decade = math.log10(value) if value > 0 else low
+    return round(100 * (min(high, max(low, decade)) - low) / (high - low))
 
 
 def round_number(value: float | None) -> float | str | None:
@@ -83,11 +177,73 @@ def gap_label(prefix: str, first: int, last: int) -> str:
     return f"{name} {span} pruned"
 
 
+# -- jumps of scale (the tree's ▲ ▼) -------------------------------------------------------------------
+JUMP_SMALL_FACTOR = 10.0
+JUMP_BIG_FACTOR = 100.0
+JUMP_LEGEND = (
+    "▲ ▼ the output's scale (std or rms) grew or shrank 10× (100×: bold) against the same module one layer "
+    "block earlier; outside a layer stack, and in the first layer, against the call's own input "
+    "(not for a norm, whose job is to rescale, nor for an output of another shape)"
+)
+
+
+def jump_tooltip(grew: bool, factor: float, reference: str | None) -> str:
+    """``scale grew 35× against layers.1.mlp (the same module, one layer block earlier)``."""
+    against = f"{reference} (the same module, one layer block earlier)" if reference else "its own input"
+    return f"scale {'grew' if grew else 'shrank'} {format_number(factor)}× against {against}"
+
+
 def widget_vocabulary() -> dict[str, Any]:
     """What the widget's ES module needs to read like the other views.
 
-    ``statuses`` lists the status names in the order of the payload's status codes (0: none).
+    ``statuses`` lists the status names in the order of the payload's status codes (0: none);
+    ``colours`` gives each status (and ``scale``, ``bad``) its light- and dark-theme colour.
     """
     from ..diff.report import STATUSES
 
-    return {"statuses": ["", *STATUSES], "status_words": STATUS_WORDS, "status_colours": STATUS_COLOURS}
+    return {
+        "statuses": ["", *STATUSES],
+        "status_words": STATUS_WORDS,
+        "status_meanings": STATUS_MEANINGS,
+        "status_colours": STATUS_COLOURS,
+        "colours": {name: {"light": light, "dark": dark} for name, (light, dark) in PALETTE.items()},
+        "badges": BADGE_COLOURS,
+        "verdict_words": VERDICT_WORDS,
+        "verdict_marks": VERDICT_MARKS,
+        "verdict_colours": VERDICT_COLOURS,
+        "difference_words": DIFFERENCE_WORDS,
+        "difference_meanings": DIFFERENCE_MEANINGS,
+        "unit_meaning": UNIT_MEANING,
+        "jump_legend": JUMP_LEGEND,
+        "jump_factors": [JUMP_SMALL_FACTOR, JUMP_BIG_FACTOR],
+        "words": WIDGET_WORDS,
+    }
+
+
+#: the widget's own labels (the ES module spells none of them)
+WIDGET_WORDS = {
+    "vs": "vs",
+    "a": "a",
+    "b": "b",
+    "in_b": "in b",
+    "no_counterpart": "(no counterpart in b)",
+    "difference_column": "difference",
+    "evidence": "evidence",
+    "confidence": "confidence",
+    "seen_at": "seen at",
+    "tensors_of": "tensors of",
+    "go_first": "show where it is born",
+    "legend": "legend",
+    "nan_badge": "NaN/inf",
+    "nan_legend": "a tensor of this call holds a NaN or an infinity",
+    "scale_legend": "bar: the output's rms on a log scale, 10⁻³ to 10³",
+    "loading": "loading details…",
+    "no_kernel": "no kernel answers: a call's details need a running kernel (the verdict and the first divergence "
+    "are shown without one)",
+    "select": "Select a row to see every input and output of that call.",
+    "weights": "weights that differ",
+    "notes": "note",
+    "hints": "also",
+    "b_side": "b",
+    "a_side": "a",
+}

@@ -16,10 +16,7 @@ from tests.models.core_models import CalledTwice, seeded
 from playwright.sync_api import Page, expect
 from tests.models.widget_models import FakeComparison, NanNet, demo_trace, record, synthetic_trace
 
-import nbtrace.notebook
-from nbtrace.notebook.view import TraceView
-
-WIDGET_DIR = Path(__file__).resolve().parents[2] / "nbtrace" / "notebook"
+from nbtrace.notebook.view import CSS, ESM, TraceView
 
 MOUNT = """async ([esm, css, state]) => {
   const handlers = {};
@@ -71,7 +68,7 @@ def mount(page: Page, view: TraceView) -> dict:
     _MOUNTED[id(page)] = view
     page.set_content("<!doctype html><html><body style='margin:8px'></body></html>")
     state = {name: getattr(view, name) for name in ("payload", "selected", "selected_row", "filter", "visible_rows")}
-    return page.evaluate(MOUNT, [(WIDGET_DIR / "trace_view.js").read_text(), (WIDGET_DIR / "trace_view.css").read_text(), state])
+    return page.evaluate(MOUNT, [ESM, CSS, state])
 
 
 def row(page: Page, path: str):
@@ -266,6 +263,6 @@ def test_numbers_keep_three_significant_digits(page, demo):
             const { formatNumber } = await import(url);
             return [1, 0.99995, 12, 99.99, 1234.5, 0.0123, -1.5, 6.9e-4, 0, "nan", null].map(formatNumber);
         }""",
-        (Path(nbtrace.notebook.__file__).parent / "trace_view.js").read_text(),
+        ESM,
     )
     assert shown == ["1.00", "1.000", "12.0", "100", "1235", "0.012", "-1.50", "6.90e-4", "0", "nan", ""]

@@ -1,0 +1,224 @@
+"""A comparison's verdict in words: the one source of the sentences every view shows.
+
+The text summary (``nbtrace diff``), the static HTML, the table's attributes and the widget's
+header and detail pane all read ``verdict_words(comparison)``; none builds a verdict sentence
+of its own, so they show the same verdict and the same evidence for the same comparison. Nothing
+here judges anything: it reads the contract of ``diff/evidence.py`` (``Comparison.verdict``,
+``notes``, ``weights``, ``first_divergence`` with its ``reason``, ``confidence`` and ``evidence``,
+and ``suspects`` where the verdict gives them) and puts it in the words of ``vocabulary.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .shards import divergence_line
+from .vocabulary import (
+    AGREE_SENTENCE,
+    CONFIDENCE_WORDS,
+    NOTHING_COMPARED,
+    SOURCE_WORDS,
+    VERDICT_MARKS,
+    VERDICT_WORDS,
+    format_number,
+    format_score,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..diff.divergence import FirstDivergence
+    from ..diff.evidence import Evidence
+
+MAX_SHOWN = 6  # names listed in one hint before "…"
+
+
+@dataclass
+class EvidenceWords:
+    """One test's numbers as text: what it measured, against what, and its score (1 or more: born here)."""
+
+    test: str
+    sentence: str
+    statistic: str
+    threshold: str
+    score: str
+    source: str
+    born: bool
+
+    @property
+    def line(self) -> str:
+        """``tolerance: the largest relative difference … (score 73.7×)``, the source named unless the traces."""
+        source = "" if self.source == SOURCE_WORDS["files"] else f", from {self.source}"
+        return f"{self.test}: {self.sentence} (score {self.score}{source})"
+
+
+def evidence_words(evidence: list[Evidence]) -> list[EvidenceWords]:
+    """The evidence of a verdict or a call, strongest first."""
+    ranked = sorted(evidence, key=lambda e: -(e.score if e.score == e.score else float("inf")))
+    return [
+        EvidenceWords(
+            test=e.test,
+            sentence=e.sentence,
+            statistic=format_number(e.statistic),
+            threshold=format_number(e.threshold),
+            score=format_score(e.score),
+            source=SOURCE_WORDS.get(e.source, e.source),
+            born=bool(e.score >= 1),
+        )
+        for e in ranked
+    ]
+
+
+def format_difference(div: Any) -> str:
+    """``[tensors] max_abs=… max_rel=… cosine=…`` or the stat differences, with the basis
+    (of a FirstDivergence or a TensorDiff)."""
+    parts = []
+    for name in ("max_abs", "max_rel", "cosine"):
+        value = getattr(div, name)
+        if value is not None:
+            parts.append(f"{name}={value:.6f}" if name == "cosine" else f"{name}={format_number(value)}")
+    for name, value in div.stat_diffs.items():
+        parts.append(f"Δ{name}={format_number(value)}")
+    basis = div.basis or "no data"
+    return f"[{basis}] " + " ".join(parts)
+
+
+@dataclass
+class DivergenceWords:
+    """Where the difference is born and why, as every view says it."""
+
+    headline: str  # "first divergence: X (b: Y)"
+    module_path: str
+    b_path: str | None
+    exact: bool
+    reason: str
+    confidence: str | None = None
+    numbers: str | None = None  # the worst tensor where it was seen: "[tensors] max_abs=…"
+    seen_at: str | None = None  # "….o_proj input args.0"
+    evidence: list[EvidenceWords] = field(default_factory=list)
+    ranks: str | None = None
+    hints: list[str] = field(default_factory=list)
+    weights: list[str] = field(default_factory=list)  # of the blamed module (the summary lists every one)
+    step: int | None = None
+
+    @property
+    def lines(self) -> list[str]:
+        """The divergence in the text summary's lines (indented after the headline)."""
+        out = [self.headline, f"  {self.reason}"]
+        if self.numbers:
+            out.append(f"  {self.numbers}")
+        if self.evidence:
+            out.append(f"  evidence{f' ({self.confidence})' if self.confidence else ''}:")
+            out.extend(f"    {e.line}" for e in self.evidence)
+        if self.ranks:
+            out.append(f"  {self.ranks}")
+        out.extend(f"  note: {hint}" for hint in self.hints)
+        return out
+
+
+def divergence_words(div: Any) -> DivergenceWords:
+    """The words of a FirstDivergence (or of a step's KV cache divergence, which has fewer facts)."""
+    b_path = getattr(div, "b_path", None)
+    b = f" (b: {b_path})" if b_path and b_path != div.module_path else ""
+    exact = getattr(div, "exact", True)
+    words = DivergenceWords(
+        headline=f"first divergence: {div.module_path}{b}{'' if exact else ' (approximate)'}",
+        module_path=div.module_path,
+        b_path=b_path,
+        exact=exact,
+        reason=getattr(div, "reason", ""),
+        step=getattr(div, "step", None),
+    )
+    if not hasattr(div, "diffs"):  # a KV cache divergence: the reason says it all
+        return words
+    confidence = getattr(div, "confidence", None)
+    words.confidence = CONFIDENCE_WORDS.get(confidence, confidence) if confidence else None
+    words.numbers = format_difference(div)
+    words.seen_at = f"{div.observed_path} {div.io} {div.arg}"
+    words.evidence = evidence_words(list(getattr(div, "evidence", [])))
+    words.ranks = divergence_line(div) or None
+    words.weights = [str(w) for w in getattr(div, "weights", [])]
+    words.hints = _divergence_hints(div)
+    return words
+
+
+def _divergence_hints(div: FirstDivergence) -> list[str]:
+    hints = []
+    if div.earlier:
+        shown = "; ".join(f"{path} {io}s {arg} ({format_number(excess)})" for path, io, arg, excess in div.earlier)
+        hints.append(f"smaller differences, within tolerance but beyond rounding, show earlier: {shown}")
+    if div.b_only_between:
+        hints.append(f"b also runs, with no counterpart in a: {_listed(div.b_only_between)}")
+    return hints
+
+
+def _listed(names: list[str]) -> str:
+    return ", ".join(names[:MAX_SHOWN]) + ("…" if len(names) > MAX_SHOWN else "")
+
+
+@dataclass
+class VerdictWords:
+    """A comparison's verdict as every view shows it: the word, the headline, the divergence, the notes."""
+
+    verdict: str  # "agree", "diverge" or "unresolved"
+    word: str
+    mark: str
+    headline: str
+    divergence: DivergenceWords | None = None
+    notes: list[str] = field(default_factory=list)
+    weights: list[str] = field(default_factory=list)  # every serious weight finding
+    suspects: list[str] = field(default_factory=list)  # calls that came close to a flag
+
+    @property
+    def lines(self) -> list[str]:
+        """The verdict block of the text summary (after the facts and notes)."""
+        if self.divergence is not None:
+            lines = self.divergence.lines
+        else:
+            lines = [self.headline]
+        if self.suspects:
+            lines.append(f"  close to a flag: {', '.join(self.suspects)}")
+        return lines
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for the widget's payload (the ES module shows it as it is)."""
+        data = asdict(self)
+        if self.divergence is not None:
+            data["divergence"]["evidence"] = [dict(asdict(e), line=e.line) for e in self.divergence.evidence]
+        return data
+
+
+def verdict_words(comparison: Any, divergence: Any = None) -> VerdictWords:
+    """The verdict of ``comparison`` in words (``divergence`` instead of its own, for a run's step)."""
+    first = divergence if divergence is not None else getattr(comparison, "first_divergence", None)
+    verdict = getattr(comparison, "verdict", None) or ("diverge" if first is not None else "agree")
+    if divergence is not None:  # a run's step: its divergence may lie in the KV cache, its tensors agreeing
+        verdict = "diverge"
+    if verdict == "diverge" and first is not None:
+        words = divergence_words(first)
+        headline = words.headline
+    elif verdict == "agree":
+        words, headline = None, f"{VERDICT_WORDS['agree']}: {AGREE_SENTENCE}"
+    elif getattr(comparison, "compared", 1) == 0:
+        words, headline = None, f"{VERDICT_WORDS['unresolved']}: {NOTHING_COMPARED}"
+    else:
+        coverage = getattr(comparison, "coverage", 0.0)
+        words, headline = None, f"{VERDICT_WORDS['unresolved']}: only {coverage:.0%} of a's calls were aligned; no verdict"
+    weights = [str(w) for w in _weights(comparison) if w.serious]
+    suspects = [f"{path} ({format_score(score)})" for path, score in getattr(comparison, "suspects", [])[:MAX_SHOWN]]
+    return VerdictWords(
+        verdict=verdict,
+        word=VERDICT_WORDS.get(verdict, verdict),
+        mark=VERDICT_MARKS.get(verdict, ""),
+        headline=headline,
+        divergence=words,
+        notes=list(getattr(comparison, "notes", [])),
+        weights=weights,
+        suspects=suspects,
+    )
+
+
+def _weights(comparison: Any) -> list:
+    try:
+        return list(getattr(comparison, "weights", []))
+    except Exception:  # noqa: BLE001 - a duck-typed comparison without sidecars: no findings
+        return []
