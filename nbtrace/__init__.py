@@ -21,6 +21,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "to_dataframe": "render.frame",
     "plot_stats": "render.plot",
+    "plot_divergence": "render.divergence_plot",
     "TraceView": "notebook.view",
 }
 
@@ -54,6 +55,7 @@ __all__ = [
     "load_trace",
     "load_traces",
     "model_addition_debugger_context",
+    "plot_divergence",
     "plot_stats",
     "to_dataframe",
     "trace",

@@ -92,8 +92,9 @@ def comparison_frame(comparison: Comparison, order: str = "calls") -> pandas.Dat
             rows.add(**base)
             continue
         call = _call_columns(match.difference)
+        call_evidence = call.pop("evidence", None)
         for d in match.diffs:
-            evidence = call.get("evidence")
+            evidence = call_evidence
             if match is seen and (d.io, d.arg) == (first.io, first.arg):
                 evidence = "; ".join(e.line for e in verdict_words(comparison).divergence.evidence) or evidence
             rows.add(

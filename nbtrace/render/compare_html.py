@@ -68,17 +68,8 @@ def _verdict_html(comparison: Comparison, words: VerdictWords) -> str:
         lines.append(f"<div>seen at <code>{escape(div.seen_at or '')}</code>: <code>{escape(div.numbers)}</code></div>")
     if div.evidence:
         confidence = f" ({escape(div.confidence)})" if div.confidence else ""
-        rows = "".join(
-            f'<tr><td style="{CELL}"><b>{escape(e.test)}</b></td><td style="{CELL};white-space:normal">'
-            f'{escape(e.sentence)}</td><td style="{CELL}">{escape(e.statistic)}</td>'
-            f'<td style="{CELL}">{escape(e.threshold)}</td><td style="{CELL}"><b>{escape(e.score)}</b></td>'
-            f'<td style="{CELL}">{escape(e.source)}</td></tr>'
-            for e in div.evidence
-        )
-        head = "".join(f'<th style="{CELL};{RULE}">{name}</th>'
-                       for name in ("test", "", "statistic", "threshold", "score", "from"))
-        lines.append(f"<div>evidence{confidence}:</div><table style=\"{TABLE};font-family:inherit\">"
-                     f"<thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
+        items = "".join(f"<li><b>{escape(e.line)}</b></li>" for e in div.evidence)
+        lines.append(f'<div>evidence{confidence}:<ul style="margin:0">{items}</ul></div>')
     if div.ranks:
         lines.append(f"<div><b>{escape(div.ranks)}</b></div>")
     if div.weights:

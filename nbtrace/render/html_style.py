@@ -46,7 +46,7 @@ def bar(level: int, colour: str, inherited: int | None = None) -> str:
     underneath, in grey."""
     if level <= 0 and not inherited:
         return ""
-    grey = (f'<span style="display:block;height:3px;width:{inherited}%;background:rgba(128,128,128,0.7)"></span>'
+    grey = (f'<span style="display:block;height:3px;width:{inherited}%;background:#9e9e9e"></span>'
             if inherited is not None else "")
     return (f'<span style="display:inline-block;width:60px;vertical-align:middle">'
             f'<span style="display:block;height:6px;width:{max(level, 2)}%;background:{PALETTE[colour][0]}"></span>'

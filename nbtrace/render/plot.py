@@ -59,9 +59,35 @@ def plot_stats(
         ax.text(0.5, 0.5, "no statistics to plot", ha="center", va="center", transform=ax.transAxes)
     _set_scale(ax, plan)
     _set_words(ax, plan)
-    if len(plan.lines) > 1 or ax.get_legend_handles_labels()[0]:
-        ax.legend(loc="best", fontsize="small")
+    handles, labels = ax.get_legend_handles_labels()
+    if plan.difference is not None:
+        extra = _draw_difference(ax, plan)
+        handles, labels = handles + [extra], labels + [extra.get_label()]
+    if len(plan.lines) > 1 or handles:
+        ax.legend(handles, labels, loc="upper left" if plan.difference is not None else "best", fontsize="small")
     return ax
+
+
+def _draw_difference(ax: Axes, plan: PlotPlan):
+    """The companion line of a comparison: b's stats against a's, on a log axis of its own (right), so two
+    curves that look the same cannot hide a difference; and where to look next."""
+    line = plan.difference
+    assert line is not None
+    twin = ax.twinx()
+    (drawn,) = twin.plot(line.x, line.y, color="0.25", linestyle="--", marker="x", markersize=5, linewidth=1,
+                         label=line.label)
+    zeros = [(x, y) for x, y, zero in zip(line.x, line.y, line.zero) if zero]
+    if zeros:
+        twin.scatter(*zip(*zeros), s=22, facecolors="none", edgecolors="0.25", zorder=3)
+    if line.tolerance:
+        twin.axhline(line.tolerance, color="0.45", linestyle=":", linewidth=1)
+        twin.annotate(f"tolerance {line.tolerance:g}", (1, line.tolerance), xycoords=("axes fraction", "data"),
+                      xytext=(-4, 2), textcoords="offset points", ha="right", va="bottom", fontsize="x-small",
+                      color="0.35")
+    twin.set_yscale("log")
+    twin.set_ylabel(line.ylabel, fontsize="small")
+    ax.set_xlabel(f"{ax.get_xlabel()}\n{line.hint}")
+    return drawn
 
 
 def _current_axes() -> Axes:

@@ -14,6 +14,7 @@ from ..core.paths import pattern, split_layer_path, without_root
 from ..core.structure import handed_on, outer_layer_blocks
 from ..core.tensor import TensorValue
 from ..core.trace import Trace
+from .stats_difference import DifferenceLine, difference_line
 from .table import Columns
 from .vocabulary import gap_label
 
@@ -210,6 +211,7 @@ class PlotPlan(NamedTuple):
     ylabel: str
     ticks: list[tuple[float, str]] | None  # named x ticks (calls in call order)
     integer_x: bool  # the x axis counts layers: integer ticks
+    difference: DifferenceLine | None = None  # with ``compare``: how far apart the two traces' stats are
 
 
 def plan_plot(
@@ -265,6 +267,7 @@ def plan_plot(
         ylabel="activation value" if stat in ("mean", "min", "max") else f"activation {stat}",
         ticks=None if by_layer or tables[0].empty else _ticks(tables[0]),
         integer_x=by_layer,
+        difference=difference_line(traces[0], traces[1], tables[0]) if len(tables) > 1 else None,
     )
 
 
