@@ -49,7 +49,7 @@ function compareTitle(p) {
 }
 
 /** The verdict banner: ✗ diverge, where and how sure, a button to the first divergence, and the notes. */
-function verdictBanner(banner, p, goFirst) {
+function verdictBanner(banner, p, goFirst, firstName) {
   const c = p.compare;
   if (!c) {
     banner.hidden = true;
@@ -71,7 +71,7 @@ function verdictBanner(banner, p, goFirst) {
     line.append(where);
     if (d.confidence) line.append(el("span", "nbt-verdict-confidence", `${vocab.words.confidence}: ${d.confidence}`));
     if (p.first_divergence >= 0) {
-      const go = el("button", "nbt-chip nbt-chip-first", `${vocab.words.go_first} ↧`);
+      const go = el("button", "nbt-chip nbt-chip-first", `${vocab.words.go_first} ${firstName} ↧`);
       go.title = d.reason;
       go.addEventListener("click", goFirst);
       line.append(go);

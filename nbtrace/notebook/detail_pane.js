@@ -24,7 +24,7 @@ function valuesOf(x, label) {
   }
   if (x.file) {
     const file = el("div", "nbt-d-file");
-    file.append(el("span", "nbt-d-k", "file "), el("code", "", x.file));
+    file.append(el("span", "nbt-d-k", "file "), pathElement("", x.file, true, "code"));
     file.title = x.file_path;
     if (!x.file_exists) file.append(el("span", "nbt-d-missing", " (missing)"));
     return file;
@@ -91,7 +91,7 @@ function divergenceBlock(p, v) {
     const head = v.confidence ? `${words.evidence} (${words.confidence}: ${v.confidence})` : words.evidence;
     out.push(sentences("nbt-d-evidence", head, v.evidence));
   }
-  if (v.ranks) out.push(el("div", "nbt-d-ranks", v.ranks));
+  if (v.ranks) out.push(el("div", "nbt-d-rankline", v.ranks));
   if (v.weights.length) out.push(sentences("nbt-d-weights", words.weights, v.weights));
   if (v.hints.length) out.push(sentences("nbt-d-hints", words.hints, v.hints));
   if (v.observed) {

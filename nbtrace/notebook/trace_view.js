@@ -108,7 +108,8 @@ function render({ model, el: host }) {
       header.title = p.compare.difference.meaning;
       columns.append(header);
     }
-    verdictBanner(banner, p, () => select(p.first_divergence, { center: true }));
+    verdictBanner(banner, p, () => select(p.first_divergence, { center: true }),
+      p.first_divergence >= 0 ? t.name[p.first_divergence] : "");
     legendContent(legend, p);
     if (p.compare) {
       title.replaceChildren(...compareTitle(p));

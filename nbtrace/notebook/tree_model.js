@@ -128,13 +128,14 @@ export function indexPayload(p) {
   };
 }
 
-/** A module path that wraps only after its dots (never inside a name). */
-export function pathElement(className, path) {
-  const node = el("div", className);
-  const parts = String(path || "").split(".");
+/** A module path (or a file name) that wraps only before its dots (and, with `more`, its underscores and
+ * slashes): never inside a name. */
+export function pathElement(className, path, more = false, tag = "div") {
+  const node = el(tag, className);
+  const parts = String(path || "").split(more ? /(?=[._/])/ : /(?=\.)/);
   parts.forEach((part, k) => {
-    node.append(document.createTextNode(k ? `.${part}` : part));
-    if (k < parts.length - 1) node.append(document.createElement("wbr"));
+    if (k) node.append(document.createElement("wbr"));
+    node.append(document.createTextNode(part));
   });
   return node;
 }

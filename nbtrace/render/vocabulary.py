@@ -232,7 +232,7 @@ WIDGET_WORDS = {
     "confidence": "confidence",
     "seen_at": "seen at",
     "tensors_of": "tensors of",
-    "go_first": "show where it is born",
+    "go_first": "go to",
     "legend": "legend",
     "nan_badge": "NaN/inf",
     "nan_legend": "a tensor of this call holds a NaN or an infinity",
