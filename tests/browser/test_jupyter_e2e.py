@@ -15,6 +15,8 @@ import nbformat
 import pytest
 from playwright.sync_api import Page, expect
 
+from tests.browser.test_compare_view_esm import CONTRAST
+
 APP = "window.jupyterapp"
 CELLS = [
     # 0: set-up
@@ -31,17 +33,22 @@ CELLS = [
     "big_trace = synthetic_trace(nan_layer=321)\nlen(big_trace)",
     # 5: ... shown
     "nbtrace.TraceView(big_trace)",
-    # 6: a comparison with a subtle difference in layer 3's attention output projection
-    "b_model, _ = build_demo()\nwith torch.no_grad():\n    b_model.layers[3].self_attn.o_proj.weight[0, 0] += 0.5\n"
-    "with nbtrace.trace(b_model, debug_path='b_trace') as rec_b:\n    b_model(**inputs)\n"
-    "nbtrace.TraceView(nbtrace.compare(_trace, rec_b.trace))",
+    # 6: the porter of issue 9: transformers' Llama against a port whose layer 2 scales attention by 0.35, fp32
+    "from pathlib import Path\nfrom tests.models.contract import porter_comparison\n"
+    "porter = porter_comparison(Path('porter'))\ncompare_view = nbtrace.TraceView(porter)\ncompare_view",
     # 7: %%modeltrace on a cell that calls generate: every step kept, a step picker
     "%%modeltrace gen_model --safetensors -o gen_trace\nout = gen_model.generate(prompt, max_new_tokens=4)",
     # 8: a view of the same folder, whose step the kernel reads back (9)
     "gen_view = nbtrace.TraceView('gen_trace')\ngen_view",
     "print('GENSTATE', gen_view.step, repr(gen_view.selected))",
+    # 10: the kernel's view of the comparison's selection
+    "print('CMPSTATE', repr(compare_view.selected))",
+    # 11: the comparison's static HTML (what nbconvert and GitHub show)
+    "porter",
 ]
-SETUP, MAGIC, VIEW, READBACK, BIG_BUILD, BIG, COMPARE, GENERATE, GEN_VIEW, GEN_READBACK = range(len(CELLS))
+(SETUP, MAGIC, VIEW, READBACK, BIG_BUILD, BIG, COMPARE, GENERATE, GEN_VIEW, GEN_READBACK, CMP_READBACK,
+ STATIC) = range(len(CELLS))
+P = "LlamaForCausalLM.model"
 
 
 class NotebookPage:
@@ -205,14 +212,29 @@ def test_twenty_thousand_calls_show_first_rows_quickly(nb):
     nb.shot("big_light", nb.cell(BIG))
 
 
-def test_comparison_shows_the_first_divergence(nb):
-    first = nb.row(COMPARE, "DemoLM.layers.3.self_attn.o_proj")
+def test_the_porter_reads_the_verdict_and_its_evidence(nb):
+    widget = nb.widget(COMPARE)
+    first = nb.row(COMPARE, f"{P}.layers.2.self_attn")
     expect(first).to_be_visible()
     expect(first).to_have_attribute("aria-selected", "true")
     expect(first).to_have_class(re.compile(r"\bnbt-st-first\b"))
-    expect(nb.widget(COMPARE).locator(".nbt-d-compare")).to_contain_text("in b: DemoLM.layers.3.self_attn.o_proj")
-    expect(nb.widget(COMPARE).locator(".nbt-chip-first")).to_contain_text("o_proj")
+    expect(widget.locator(".nbt-verdict-badge")).to_have_text("✗ diverge")
+    expect(widget.locator(".nbt-title")).to_contain_text("b: TinyLlamaPort")
+    pane = widget.locator(".nbt-d-compare")
+    expect(pane).to_contain_text("in b: TinyLlamaPort.blocks.2.attn")
+    expect(pane.locator(".nbt-d-evidence")).to_contain_text("beyond the tolerance 1e-05 for float32")
+    expect(pane.locator(".nbt-d-reason")).to_contain_text("its inputs agree, but the inputs of")
+    first.locator(".nbt-twisty").click()
+    o_proj = nb.row(COMPARE, f"{P}.layers.2.self_attn.o_proj")
+    o_proj.click()
+    expect(pane.locator(".nbt-d-situation")).to_have_text("its tensors differ from b's")
+    expect(widget.locator('.nbt-d-tensor[data-arg="output out"] .nbt-d-side-b')).to_have_text("b")
+    expect(o_proj.locator(".nbt-diff-text")).not_to_have_text("0")
+    nb.kernel_sees(f"CMPSTATE '{P}.layers.2.self_attn.o_proj'", index=CMP_READBACK, word="CMPSTATE")
+    expect(nb.cell(STATIC).locator(".nbtrace-comparison")).to_contain_text("✗ diverge")
+    expect(nb.cell(STATIC).locator(".nbtrace-comparison")).to_contain_text("beyond the tolerance 1e-05 for float32")
     nb.shot("compare_light", nb.cell(COMPARE))
+    nb.shot("static_light", nb.cell(STATIC))
 
 
 def test_generate_keeps_every_step_behind_a_step_picker(nb):
@@ -253,7 +275,19 @@ def test_dark_theme_and_nothing_went_wrong(nb):
     nb.row(VIEW, "DemoLM.layers.0.mlp.down_proj").click()
     expect(nb.widget(VIEW).locator(".nbt-d-path")).to_have_text("DemoLM.layers.0.mlp.down_proj")
     nb.shot("view_dark", nb.cell(VIEW))
+    compare = nb.widget(COMPARE)
+    expect(compare).to_have_class(re.compile(r"\bnbt-dark\b"))
+    readable = {
+        "verdict badge": compare.locator(".nbt-verdict-badge"),
+        "status badge": compare.locator(".nbt-d-compare .nbt-badge-st"),
+        "difference": nb.row(COMPARE, f"{P}.layers.2.self_attn.o_proj").locator(".nbt-diff-text"),
+        "static badge": nb.cell(STATIC).locator(".nbtrace-comparison span[style*='background:#c62828']").first,
+        "static text": nb.cell(STATIC).locator(".nbtrace-comparison > div").first,
+    }
+    ratios = {name: locator.evaluate(CONTRAST) for name, locator in readable.items()}
+    assert all(ratio >= 4.5 for ratio in ratios.values()), ratios
     nb.shot("compare_dark", nb.cell(COMPARE))
+    nb.shot("static_dark", nb.cell(STATIC))
     nb.shot("big_dark", nb.cell(BIG))
     nb.shot("generate_dark", nb.cell(GEN_VIEW))
     nb.shot("page_dark")
