@@ -75,6 +75,16 @@ def test_the_root_says_a_call_inside_differs_not_a_difference_of_zero(view, port
     assert o_proj["situation"] == "its tensors differ from b's"
 
 
+def test_the_tree_s_difference_cell_says_b_s_values_too(view):
+    cells = {view._row_nodes[row].module_path: tooltip for row, _, _, _, tooltip in view.rows["compare"]["difference"]["cells"]}
+    b_out = view.comparison.match_of(view.trace[f"{P}.layers.2.self_attn.o_proj"]).b.output_tensors()[0]
+    from nbtrace.render.vocabulary import format_number
+
+    assert cells[f"{P}.layers.2.self_attn.o_proj"].endswith(
+        f" · b: mean {format_number(b_out.mean)} std {format_number(b_out.std)}")
+    assert cells[f"{P}.layers.2.self_attn.o_proj"].startswith("largest relative difference ")
+
+
 def test_b_s_tensors_stand_beside_a_s(view):
     detail = view.detail(row_of(view, f"{P}.layers.2.self_attn.o_proj"))
     pair = detail["comparison"]["tensors"]["output out"]

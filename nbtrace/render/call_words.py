@@ -102,15 +102,24 @@ def difference_column(comparison: Any) -> DifferenceColumn | None:
         elif units and match.difference is not None and match.difference.own is not None:
             d = match.difference
             words = difference_words(d)
-            cells.append(Cell(words.own, words.line, difference_level(d.own, True),
+            cells.append(Cell(words.own, words.line + _b_output(match), difference_level(d.own, True),
                               difference_level(d.inherited, True)))
         elif units or match.score is None:
             cells.append(None)
         else:
             text = format_number(match.score)
-            cells.append(Cell(text, f"{DIFFERENCE_WORDS['relative']} {text}", difference_level(match.score, False), None))
+            cells.append(Cell(text, f"{DIFFERENCE_WORDS['relative']} {text}{_b_output(match)}",
+                              difference_level(match.score, False), None))
     header = f"{DIFFERENCE_WORDS['own']} (u)" if units else "max rel diff"
     return DifferenceColumn("units" if units else "relative", header, cells)
+
+
+def _b_output(match: Any) -> str:
+    """`` · b: mean 0.012 std 1.01`` of b's first output (what the row shows of a), or nothing."""
+    outputs = match.b.output_tensors()
+    if not outputs or outputs[0].mean is None:
+        return ""
+    return f" · b: mean {format_number(outputs[0].mean)} std {format_number(outputs[0].std)}"
 
 
 @dataclass
