@@ -106,7 +106,7 @@ class DivergencePlan(NamedTuple):
     kind: str  # "units" (own vs inherited) or "relative" (the largest relative difference)
     series: list[Series]
     points: list[tuple[int, float, str, bool]]  # (x, y, colour, zero): each call coloured by its status
-    floor: float  # where zero is drawn on the log scale (hollow markers)
+    floor: float  # where zero is drawn on the log scale (hollow markers); an unmeasured call is a gap
     tolerance: list[tuple[float, str]]  # horizontal lines: (value, words)
     born: tuple[int, float, str] | None  # (x, y, words) where the difference is born
     layers: list[tuple[int, int, int]]  # (layer, first x, last x) of each layer's calls
@@ -124,15 +124,18 @@ def plan_divergence(comparison: Any, *, step: int | None = None, title: str | No
     x = table["x"].tolist()
     values = table["own"] if units else table["score"]
     positive = [v for column in ("own", "inherited", "score") for v in table[column].tolist() if v == v and v > 0]
-    floor = min(positive) / 10 if positive else 1e-12
-    lift = lambda v: floor if v != v or v <= 0 else v  # noqa: E731 - zeros sit on the floor of the log scale
+    floor = min(positive) / 10 if positive else (0.1 if units else 1e-12)
+    if units:  # in units of the dtype's rounding, nothing below a thousandth of it is worth a decade of axis
+        floor = max(floor, 1e-3)
+    nan = float("nan")
+    lift = lambda v: nan if v != v else floor if v <= 0 else v  # noqa: E731 - zeros on the floor; unmeasured: a gap
     series = [Series(f"{DIFFERENCE_WORDS['own']} ({UNIT})" if units else DIFFERENCE_WORDS["relative"], x,
                      [lift(v) for v in values], "0.35", "-", "")]
     if units:
         series.append(Series(f"{DIFFERENCE_WORDS['inherited']} ({UNIT})", x,
                              [lift(v) for v in table["inherited"]], "0.6", ":", ""))
-    points = [(k, lift(v), PALETTE.get(s, PALETTE["only_a"])[0], not (v == v and v > 0))
-              for k, v, s in zip(x, values, table["status"])]
+    points = [(k, lift(v), PALETTE.get(s, PALETTE["only_a"])[0], v <= 0)
+              for k, v, s in zip(x, values, table["status"]) if v == v]
     tolerance = []
     if not units:
         for value in sorted({t for t in table["tolerance"].tolist() if t == t and t > 0}):
@@ -144,7 +147,8 @@ def plan_divergence(comparison: Any, *, step: int | None = None, title: str | No
         evidence = getattr(first, "evidence", [])
         if evidence:
             where += f" (score {format_score(max(e.score for e in evidence))})"
-        born = (int(row["x"]), lift(row["own"] if units else row["score"]), where)
+        value = row["own"] if units and row["own"] == row["own"] else row["score"] if not units else floor
+        born = (int(row["x"]), lift(value), where)
     layers = []
     for layer, part in table.dropna(subset=["layer"]).groupby("layer", sort=True):
         layers.append((int(layer), int(part["x"].min()), int(part["x"].max())))

@@ -49,8 +49,8 @@ def plot_divergence(comparison: Any, *, ax: Axes | None = None, step: int | None
         colour = PALETTE["first"][0]
         ax.axvline(x, color=colour, linewidth=1, alpha=0.6, zorder=1)
         ax.scatter([x], [y], s=110, facecolors="none", edgecolors=colour, linewidths=1.8, zorder=4, label=words)
-        ax.annotate(words, (x, y), xytext=(6, 12), textcoords="offset points", color=colour, fontsize="small",
-                    fontweight="bold", arrowprops={"arrowstyle": "-", "color": colour, "linewidth": 0.8})
+        ax.annotate(words, (x, y), xytext=(8, -16), textcoords="offset points", va="top", color=colour,
+                    fontsize="small", fontweight="bold", arrowprops={"arrowstyle": "-", "color": colour, "linewidth": 0.8})
     if not plan.points:
         ax.text(0.5, 0.5, "nothing was compared", ha="center", va="center", transform=ax.transAxes)
     ax.set_yscale("log")
