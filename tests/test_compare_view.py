@@ -162,4 +162,6 @@ def test_a_run_s_view_shows_the_verdict_of_its_diverging_step(tmp_path):
     verdict = view.rows["compare"]["verdict"]
     assert verdict["verdict"] == "diverge" and verdict["divergence"]["module_path"] == runs.first_divergence.module_path
     assert verdict["divergence"]["reason"] == runs.first_divergence.reason
+    detail = view.detail(view.selected_row)["comparison"]  # the call the run blames, in its step
+    assert detail["status"] == "first" and detail["divergence"]["reason"] == runs.first_divergence.reason
     json.dumps(view.rows)  # plain data all the way down

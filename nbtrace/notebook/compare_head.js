@@ -81,6 +81,7 @@ function verdictBanner(banner, p, goFirst, firstName) {
   }
   const parts = [line];
   if (d && d.evidence.length) parts.push(el("div", "nbt-verdict-evidence", d.evidence[0].line));
+  else if (d && d.reason) parts.push(el("div", "nbt-verdict-evidence", d.reason));
   for (const note of v.notes) parts.push(el("div", "nbt-verdict-note", `${vocab.words.notes}: ${note}`));
   for (const weight of v.weights.slice(0, 4)) parts.push(el("div", "nbt-verdict-note", `${vocab.words.weights}: ${weight}`));
   if (v.suspects.length) parts.push(el("div", "nbt-verdict-note", `close to a flag: ${v.suspects.join(", ")}`));

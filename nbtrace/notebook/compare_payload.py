@@ -48,10 +48,11 @@ def comparison_payload(comparison: Any, row_nodes: list[Node | None], divergence
     return out
 
 
-def comparison_detail(comparison: Any, node: Node, entry: dict[str, Any]) -> dict[str, Any]:
+def comparison_detail(comparison: Any, node: Node, entry: dict[str, Any], divergence: Any = None) -> dict[str, Any]:
     """What the detail pane shows about ``node`` in ``comparison``: its status and situation, b's
     counterpart, its difference (own vs inherited) and evidence, its tensors beside b's; for the first
-    divergence, the verdict's reason, numbers and evidence and the tensors where it was seen."""
+    divergence (``divergence`` instead of the comparison's own, for a run's step), the verdict's reason,
+    numbers and evidence and the tensors where it was seen."""
     words = call_words(comparison, node, entry)
     detail: dict[str, Any] = {
         "status": words.status,
@@ -73,12 +74,12 @@ def comparison_detail(comparison: Any, node: Node, entry: dict[str, Any]) -> dic
         note = call_note(match.diffs)  # how a tensor-parallel side's tensors were reassembled
         if note:
             detail["reassembled"] = note
-    first = getattr(comparison, "first_divergence", None)
+    first = divergence if divergence is not None else getattr(comparison, "first_divergence", None)
     if words.status == "first" and first is not None and hasattr(first, "reason"):
-        divergence = verdict_words(comparison).divergence
-        if divergence is not None and divergence.module_path == node.module_path:
-            detail["divergence"] = dict(asdict(divergence), evidence=[e.line for e in divergence.evidence])
-            detail["divergence"]["observed"] = _observed(comparison, first, node)
+        said = verdict_words(comparison, divergence).divergence
+        if said is not None and said.module_path == node.module_path:
+            detail["divergence"] = dict(asdict(said), evidence=[e.line for e in said.evidence])
+            detail["divergence"]["observed"] = _observed(comparison, first, node) if hasattr(first, "diffs") else None
     return detail
 
 

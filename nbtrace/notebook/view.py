@@ -201,7 +201,8 @@ class TraceView(anywidget.AnyWidget):
             return {"path": "", "marker": True}
         detail = node_detail(node, self._totals[node.module_path])
         if self._report is not None:
-            detail["comparison"] = comparison_detail(self.comparison, node, self._report[node.index])
+            divergence = self._steps.divergence(self.trace) if self._steps is not None else None
+            detail["comparison"] = comparison_detail(self.comparison, node, self._report[node.index], divergence)
         return detail
 
     def _on_frontend_msg(self, _widget: Any, content: Any, _buffers: Any) -> None:
