@@ -84,7 +84,7 @@ function verdictBanner(banner, p, goFirst, firstName) {
   else if (d && d.reason) parts.push(el("div", "nbt-verdict-evidence", d.reason));
   for (const note of v.notes) parts.push(el("div", "nbt-verdict-note", `${vocab.words.notes}: ${note}`));
   for (const weight of v.weights.slice(0, 4)) parts.push(el("div", "nbt-verdict-note", `${vocab.words.weights}: ${weight}`));
-  if (v.suspects.length) parts.push(el("div", "nbt-verdict-note", `close to a flag: ${v.suspects.join(", ")}`));
+  if (v.suspects.length) parts.push(el("div", "nbt-verdict-note", `${vocab.words.suspects}: ${v.suspects.join(", ")}`));
   banner.hidden = false;
   banner.replaceChildren(...parts);
 }
@@ -107,7 +107,7 @@ function legendContent(legend, p) {
     summary.append(el("span", "nbt-legend-item", `${diff.header}: ▬`));
     meanings.append(el("li", "", `${diff.header}: ${diff.meaning}`));
   }
-  const jump = el("span", "nbt-legend-item nbt-legend-jump", "▲▼ scale");
+  const jump = el("span", "nbt-legend-item nbt-legend-jump", vocab.words.scale_mark);
   jump.title = vocab.jump_legend;
   summary.append(jump, el("span", "nbt-badge nbt-badge-nan", vocab.words.nan_badge));
   meanings.append(el("li", "", vocab.jump_legend), el("li", "", `${vocab.words.nan_badge}: ${vocab.words.nan_legend}`),

@@ -57,7 +57,7 @@ function tensorBox(p, x, pair) {
   if (pair) {
     const diff = el("div", "nbt-d-diffline");
     diff.append(el("span", "nbt-d-k", pair.basis), el("span", "", pair.numbers));
-    if (pair.tolerance !== "-") diff.append(el("span", "nbt-d-k", ` tolerance ${pair.tolerance}`));
+    if (pair.tolerance !== "-") diff.append(el("span", "nbt-d-k", ` ${words.tolerance} ${pair.tolerance}`));
     if (pair.reassembled) diff.append(el("span", "nbt-d-k", ` · ${pair.reassembled}`));
     box.append(diff);
   }
@@ -103,7 +103,7 @@ function divergenceBlock(p, v) {
       const row = el("div", "nbt-d-obs");
       row.append(el("span", `nbt-io nbt-io-${pair.io}`, pair.io === "input" ? "in" : "out"),
         el("span", "nbt-arg", pair.arg === pair.b_arg ? pair.arg : `${pair.arg} ↔ ${pair.b_arg}`),
-        el("span", "", `${pair.numbers} · tolerance ${pair.tolerance}`),
+        el("span", "", `${pair.numbers} · ${words.tolerance} ${pair.tolerance}`),
         el("span", `nbt-d-verdict nbt-ok-${pair.ok}`, pair.verdict));
       seen.append(row);
     }

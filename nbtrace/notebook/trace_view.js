@@ -133,8 +133,8 @@ function render({ model, el: host }) {
       b.addEventListener("click", () => select(row, { center: true }));
       chips.append(b);
     };
-    if (!p.compare) chip(p.first_divergence, "nbt-chip-first", "first divergence");
-    chip(p.first_nonfinite, "nbt-chip-nan", "first NaN/inf");
+    if (!p.compare) chip(p.first_divergence, "nbt-chip-first", p.vocabulary.status_words.first);
+    chip(p.first_nonfinite, "nbt-chip-nan", p.vocabulary.words.first_nan_badge);
     chip(p.innermost_error, "nbt-chip-error", "raised");
   }
 

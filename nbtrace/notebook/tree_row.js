@@ -59,11 +59,11 @@ function rowElement({ p, t, index, selected, filtered, expanded }, i, k) {
     nameCell.append(badge);
   }
   if (flags & F.NONFINITE) {
-    const badge = el("span", "nbt-badge nbt-badge-nan", flags & F.FIRST_NONFINITE ? `first ${words.nan_badge}` : words.nan_badge);
+    const badge = el("span", "nbt-badge nbt-badge-nan", flags & F.FIRST_NONFINITE ? words.first_nan_badge : words.nan_badge);
     badge.title = words.nan_legend;
     nameCell.append(badge);
   } else if (flags & F.NAN_BELOW && !isOpen) {
-    nameCell.append(el("span", "nbt-badge nbt-badge-nan-below", `${words.nan_badge} inside`));
+    nameCell.append(el("span", "nbt-badge nbt-badge-nan-below", words.nan_inside));
   }
   if (flags & F.ERROR) nameCell.append(el("span", "nbt-badge nbt-badge-error", "error"));
   else if (flags & F.ERROR_BELOW && !isOpen) nameCell.append(el("span", "nbt-badge nbt-badge-error-below", "error inside"));

@@ -15,7 +15,7 @@ from .html import legend_html, tree_html
 from .html_style import CELL, MUTED, RULE, TABLE, badge, muted
 from .shards import one_rank_hint, reassembly_line
 from .verdict import VerdictWords, verdict_words
-from .vocabulary import DIFFERENCE_MEANINGS, UNIT_MEANING, VERDICT_COLOURS
+from .vocabulary import DIFFERENCE_MEANINGS, STATUS_WORDS, SUSPECTS_WORDS, UNIT_MEANING, VERDICT_COLOURS
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..diff.comparison import Comparison
@@ -56,9 +56,9 @@ def _verdict_html(comparison: Comparison, words: VerdictWords) -> str:
     div = words.divergence
     if div is None:
         headline = words.headline.split(": ", 1)[-1]
-        extra = "".join(f"<div>close to a flag: {escape(s)}</div>" for s in words.suspects)
+        extra = "".join(f"<div>{SUSPECTS_WORDS}: {escape(s)}</div>" for s in words.suspects)
         return f'<div style="margin:4px 0">{title} {escape(headline)}{extra}</div>'
-    where = f"first divergence: <code>{escape(div.module_path)}</code>"
+    where = f"{STATUS_WORDS['first']}: <code>{escape(div.module_path)}</code>"
     where += f" (b: <code>{escape(div.b_path)}</code>)" if div.b_path else " (no counterpart in b)"
     where += "" if div.exact else " — approximate"
     if div.step:
@@ -76,7 +76,7 @@ def _verdict_html(comparison: Comparison, words: VerdictWords) -> str:
         lines.append("<div>weights of this module that differ: "
                      + "; ".join(f"<code>{escape(w)}</code>" for w in div.weights) + "</div>")
     lines.extend(f'<div style="{MUTED}">note: {escape(hint)}</div>' for hint in div.hints)
-    lines.extend(f"<div>close to a flag: {escape(s)}</div>" for s in words.suspects)
+    lines.extend(f"<div>{SUSPECTS_WORDS}: {escape(s)}</div>" for s in words.suspects)
     lines.append(_observed_tensors(comparison))
     box = "margin:4px 0;padding:4px 6px;border:1px solid rgba(128,128,128,0.7);border-radius:3px"
     return f'<div style="{box}">{"".join(lines)}</div>'

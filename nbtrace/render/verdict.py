@@ -19,6 +19,8 @@ from .vocabulary import (
     CONFIDENCE_WORDS,
     NOTHING_COMPARED,
     SOURCE_WORDS,
+    STATUS_WORDS,
+    SUSPECTS_WORDS,
     VERDICT_MARKS,
     VERDICT_WORDS,
     format_number,
@@ -121,7 +123,7 @@ def divergence_words(div: Any) -> DivergenceWords:
     b = f" (b: {b_path})" if b_path and b_path != div.module_path else ""
     exact = getattr(div, "exact", True)
     words = DivergenceWords(
-        headline=f"first divergence: {div.module_path}{b}{'' if exact else ' (approximate)'}",
+        headline=f"{STATUS_WORDS['first']}: {div.module_path}{b}{'' if exact else ' (approximate)'}",
         module_path=div.module_path,
         b_path=b_path,
         exact=exact,
@@ -176,7 +178,7 @@ class VerdictWords:
         else:
             lines = [self.headline]
         if self.suspects:
-            lines.append(f"  close to a flag: {', '.join(self.suspects)}")
+            lines.append(f"  {SUSPECTS_WORDS}: {', '.join(self.suspects)}")
         return lines
 
     def to_dict(self) -> dict[str, Any]:

@@ -81,6 +81,8 @@ VERDICT_COLOURS = {"agree": "match", "diverge": "first", "unresolved": "diverged
 AGREE_SENTENCE = "every compared tensor is within tolerance"
 NOTHING_COMPARED = "nothing could be compared (no aligned tensors with data on both sides)"
 CONFIDENCE_WORDS = {"certain": "certain", "likely": "likely"}
+#: calls the verdict found close to a flag without reaching it (``Comparison.suspects``)
+SUSPECTS_WORDS = "close to a flag"
 
 # -- one call's difference (``diff.evidence.CallDifference``) and the evidence of a verdict ---------
 UNIT = "u"
@@ -235,6 +237,11 @@ WIDGET_WORDS = {
     "go_first": "go to",
     "legend": "legend",
     "nan_badge": "NaN/inf",
+    "first_nan_badge": "first NaN/inf",
+    "nan_inside": "NaN/inf inside",
+    "tolerance": "tolerance",
+    "suspects": SUSPECTS_WORDS,
+    "scale_mark": "▲▼ scale",
     "nan_legend": "a tensor of this call holds a NaN or an infinity",
     "scale_legend": "bar: the output's rms on a log scale, 10⁻³ to 10³",
     "loading": "loading details…",
