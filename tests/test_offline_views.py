@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import re
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -19,7 +20,9 @@ from traitlets.config import Config
 
 from nbtrace.render.verdict import verdict_words
 
+REPO = Path(__file__).resolve().parents[1]
 CELLS = [
+    f"import sys\nsys.path.insert(0, {str(REPO)!r})  # the kernel imports the test models of this checkout\n"
     "import nbtrace\nfrom pathlib import Path\nfrom tests.models.contract import porter_comparison\n"
     "c = porter_comparison(Path('porter'))\nprint(repr(c))",
     "nbtrace.TraceView(c)",
