@@ -70,6 +70,7 @@ def main(out_dir: str) -> None:
         result["twice_out_lines"] = node.outputs.lines
     with open(os.path.join(out_dir, f"result{rank}.json"), "w") as f:
         json.dump(result, f)
+    dist.barrier()  # both ranks done before either tears gloo down (else a rank may abort at exit)
     dist.destroy_process_group()
 
 
