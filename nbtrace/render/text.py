@@ -188,6 +188,8 @@ def comparison_summary(comparison: Comparison, divergence: FirstDivergence | Non
     lines.extend(f"note: {note}" for note in comparison.notes)
     if comparison.first_divergence is not None:
         lines.append(describe_divergence(divergence or comparison.first_divergence))
+    elif comparison.agree and getattr(comparison, "method", "tolerance") != "tolerance":
+        lines.append(f"agree: no call adds a difference beyond {_resolution(comparison)} rounding")
     elif comparison.agree:
         lines.append("agree: every compared tensor is within tolerance")
     elif comparison.compared == 0:
@@ -195,3 +197,11 @@ def comparison_summary(comparison: Comparison, divergence: FirstDivergence | Non
     else:
         lines.append(f"unresolved: only {comparison.coverage:.0%} of a's calls were aligned; no verdict")
     return "\n".join(lines)
+
+
+def _resolution(comparison: Comparison) -> str:
+    """The dtype whose rounding bounds a noise-aware agreement (the coarsest compared)."""
+    from ..diff.noise import dtype_name
+
+    units = [m.difference.unit for m in comparison.matches if getattr(m, "difference", None) is not None]
+    return dtype_name(max(units)) if units and max(units) > 0 else "float"
