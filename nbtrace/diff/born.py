@@ -99,8 +99,7 @@ def file_divergence(comparison: Comparison, judge: FileVerdict, finding: Finding
         evidence=sorted(finding.evidence, key=lambda e: -e.score),
     )
     result.reason = _reason(result, finding, culprit, seen) + (f" — {top.sentence}" if top else "")
-    inside = {n.module_path for n in culprit.walk()}
-    result.weights = [w for w in comparison.weights if w.serious and w.module_path in inside]
+    result.weights = weights_inside(comparison, culprit.module_path)
     return result
 
 
@@ -116,7 +115,8 @@ def _reason(div: FirstDivergence, finding: Finding, culprit: Node, seen: Node) -
     if kind == "pruned" and div.pruned is not None:
         before = seen.previous_sibling()
         after = f"between {before.module_path} and {seen.module_path}" if before else f"before {seen.module_path}"
-        return (f"born {after}: the layer blocks {div.pruned[0]} … {div.pruned[1]} in between were pruned: "
+        also = f" ({finding.note})" if finding.note else ""
+        return (f"born {after}: the layer blocks {div.pruned[0]} … {div.pruned[1]} in between were pruned{also}: "
                 "trace with do_prune_layers=False to see which")
     if kind == "leaf":
         text = f"its inputs agree within rounding and its outputs ({div.arg}) differ beyond it"
@@ -245,6 +245,11 @@ def replay_divergence(comparison: Comparison, finding: Finding, result: Replayed
         evidence=sorted(finding.evidence, key=lambda e: -e.score),
         replayed=True,
     )
-    names = {n.module_path for n in node.walk()}
-    result_div.weights = [w for w in comparison.weights if w.serious and w.module_path in names]
+    result_div.weights = weights_inside(comparison, node.module_path)
     return result_div
+
+
+def weights_inside(comparison: Comparison, path: str):
+    """The serious weight findings of the module at ``path`` and the modules inside it (pruned ones too)."""
+    return [w for w in comparison.weights if w.serious and (w.module_path == path or
+                                                          w.module_path.startswith(path + "."))]

@@ -29,7 +29,7 @@ from .evidence import Evidence
 from .findings import Finding, Verdict
 from .flow import Flow, Producer, Slot
 from .noise import DiffStats, diff_stats, dtype_name, padding_rows, unit_roundoff
-from .rounding import (B_CODE, B_INPUTS, B_LEAF, K_CODE, K_LEAF, accumulation, coherence, magnitude)
+from .rounding import (B_CODE, B_INPUTS, B_LEAF, CERTAIN, K_CODE, K_LEAF, accumulation, coherence, magnitude)
 from .metrics import TensorDiff
 from .weights import WeightFinding
 
@@ -168,12 +168,21 @@ class FileVerdict:
         return f"the {slot.io}s of {slot.node.module_path} ({slot.arg})"
 
     def _weight_evidence(self, producer: Producer) -> list[Evidence]:
-        if producer.kind not in ("leaf", "glue"):
+        """Weights of the producer's module (of the pruned blocks, for pruned ones) that the fingerprints show
+        converted wrongly."""
+        if producer.kind in ("leaf", "glue"):
+            held = self.weights.get(producer.node.module_path, [])
+        elif producer.kind == "pruned" and producer.gap is not None:
+            gap = producer.gap
+            blocks = tuple(f"{gap.prefix}.{n}" for n in range(gap.first, gap.last + 1))
+            held = [w for path, found in self.weights.items() for w in found
+                    if path in blocks or path.startswith(tuple(b + "." for b in blocks))]
+        else:
             return []
         found = []
-        for w in self.weights.get(producer.node.module_path, []):
+        for w in held:
             score = _WEIGHT_SCORES.get(w.kind, 2.0)
-            found.append(Evidence("weights", score, 1.0, score, f"{w.name}: {w.detail}", "weights"))
+            found.append(Evidence("weights", score, 1.0, score, f"{w.module_path}.{w.name}: {w.detail}", "weights"))
         return found
 
     # -- the whole trace -----------------------------------------------------------------
@@ -189,11 +198,26 @@ class FileVerdict:
             self._done = True
         return self.findings
 
+    def _pruned_before(self, first: Finding) -> Finding | None:
+        """A finding that is only likely, after layer blocks pruning removed: it may as well be a difference born
+        in those blocks that stayed within their rounding and grew after them. The blocks are then named."""
+        if first.score >= CERTAIN or first.producer is None:
+            return None
+        gaps = [f for f in self.findings if f.producer is not None and f.producer.kind == "pruned"
+                and f.producer.event <= first.producer.event and f is not first]
+        if not gaps:
+            return None
+        top = first.top()
+        gaps[-1].note = (f"or in {first.node.module_path} after them, where a difference beyond rounding shows "
+                         f"({top.test if top else 'a'} test, {first.score:.2f} of its threshold)")
+        gaps[-1].evidence.extend(first.evidence)
+        return gaps[-1]
+
     def verdict(self) -> Verdict:
         findings = self.run()
         first = next((f for f in findings if f.flagged), None)
         if first is not None:
-            return Verdict("files", "diverge", first, findings=findings)
+            return Verdict("files", "diverge", self._pruned_before(first) or first, findings=findings)
         if not findings:
             return Verdict("files", "nothing", reason="no aligned float tensors with full values on both sides")
         worst = max(findings, key=lambda f: f.stats.ulps if math.isfinite(f.stats.ulps) else 0.0)
