@@ -32,7 +32,7 @@ def judge_from_files(comparison: Comparison) -> FileVerdict:
     """Run the verdict from the two trace files and fill the comparison with it; returns the judge (replay
     reuses its data flows and per-tensor statistics)."""
     matches = {id(m.a): m for m in comparison.matches}
-    judge = FileVerdict(comparison.flows, matches, comparison.weights)
+    judge = FileVerdict(comparison.flows, matches, comparison.weights, comparison._measured)
     verdict = judge.verdict()
     comparison._files_verdict = verdict
     apply_verdict(comparison, judge, verdict)

@@ -24,8 +24,9 @@ from ..core.trace import Trace
 from .align import Alignment, align
 from .divergence import FirstDivergence, first_divergence
 from .evidence import CallDifference
-from .flow import Flow
+from .flow import Flow, TensorCache
 from .metrics import TensorDiff
+from .noise import PairStats, padding_rows
 from .notes import MIN_COVERAGE, comparison_notes
 from .pairing import compile_ignore
 from .ranked import call_comparer, ranked_rename
@@ -69,7 +70,7 @@ class Comparison:
 
     def __init__(
         self, a: Trace, b: Trace, alignment: Alignment, matches: list[Match], rtol, atol, rename, ignore=None,
-        flows: tuple[Flow, Flow] | None = None,
+        flows: tuple[Flow, Flow] | None = None, measured: PairStats | None = None,
     ) -> None:
         self.a = a
         self.b = b
@@ -84,6 +85,7 @@ class Comparison:
         self._report: list[dict[str, Any]] | None = None
         self._weights: list[WeightFinding] | None = None
         self._flows = flows
+        self._measured = measured
         #: how the first divergence was found: "files" (full tensors: own vs inherited difference against
         #: rounding), "replay" (the port run on the reference's inputs) or "tolerance" (per-element tolerance)
         self.method = "tolerance"
@@ -230,11 +232,14 @@ def compare(
     """
     a = load_trace(a)
     b = load_trace(b)
-    compare_pair = call_comparer(a, b, rtol, atol, compile_ignore(ignore))
     by_path = ranked_rename(a, b) if rename is None else None
     flows = (Flow(a), Flow(b)) if rename is None and by_path is None else None
+    measured = None
+    if rtol is None and atol is None and not (a.ranks or b.ranks):  # the noise-aware verdict may follow
+        measured = PairStats(padding_rows(a, flows[0].cache if flows else TensorCache()), flows[0] if flows else None)
+    compare_pair = call_comparer(a, b, rtol, atol, compile_ignore(ignore), measured.record if measured else None)
     alignment = align(a, b, rename if by_path is None else by_path, flows)
     if by_path is not None:
         alignment.method = "module path"
     matches = [Match(x, y, compare_pair(x, y)) for x, y in alignment.pairs]
-    return Comparison(a, b, alignment, matches, rtol, atol, rename, ignore, flows)
+    return Comparison(a, b, alignment, matches, rtol, atol, rename, ignore, flows, measured)

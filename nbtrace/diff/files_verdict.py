@@ -28,7 +28,7 @@ from ..core.tensor import TensorValue
 from .evidence import Evidence
 from .findings import Finding, Verdict
 from .flow import Flow, Producer, Slot
-from .noise import DiffStats, diff_stats, dtype_name, padding_rows, unit_roundoff
+from .noise import DiffStats, PairStats, diff_stats, dtype_name, padding_rows, unit_roundoff
 from .rounding import (B_CODE, B_INPUTS, B_LEAF, CERTAIN, K_CODE, K_LEAF, accumulation, coherence, magnitude)
 from .metrics import TensorDiff
 from .weights import WeightFinding
@@ -46,10 +46,11 @@ class FileVerdict:
     """Judges every producer of a against b; ``verdict()`` is the answer, ``findings`` the details."""
 
     def __init__(self, flows: tuple[Flow, Flow], matches: dict[int, Match],
-                 weights: list[WeightFinding] | None = None) -> None:
+                 weights: list[WeightFinding] | None = None, measured: PairStats | None = None) -> None:
         self.flow_a, self.flow_b = flows
         self.matches = matches
-        self.valid = padding_rows(self.flow_a.trace, self.flow_a.cache)
+        self.measured = measured
+        self.valid = measured.valid_rows if measured else padding_rows(self.flow_a.trace, self.flow_a.cache)
         self.weights: dict[str, list[WeightFinding]] = {}
         for w in weights or []:
             if w.serious:
@@ -83,6 +84,10 @@ class FileVerdict:
     def stats_at(self, place: Slot) -> DiffStats | None:
         """How b's counterpart of the tensor at exactly this place differs."""
         key = id(place)
+        if self.measured is not None and key not in self._at:
+            found = self.measured.found.get((id(place.node), place.io, place.arg))
+            if found is not None:
+                self._at[key] = found
         if key not in self._at:
             result = None
             other = self._b_tensor(place)

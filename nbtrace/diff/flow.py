@@ -25,6 +25,7 @@ differences.
 from __future__ import annotations
 
 import hashlib
+import os
 from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass, field
@@ -39,6 +40,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: loaded tensors kept for reuse (bytes); the least recently used go first
 CACHE_BYTES = 256 * 2**20
+_MAX_HELD = 8192  # and at most this many tensors
 
 
 class TensorCache:
@@ -49,6 +51,7 @@ class TensorCache:
         self._loaded: OrderedDict[int, torch.Tensor] = OrderedDict()
         self._size = 0
         self._keys: dict[int, Hashable | None] = {}
+        self._files: dict[tuple[int, int, int], Hashable | None] = {}
 
     def load(self, tensor: TensorValue) -> torch.Tensor | None:
         """The full tensor, or None when the trace holds none (printed values, stats)."""
@@ -61,32 +64,61 @@ class TensorCache:
         loaded = tensor.load()
         size = loaded.numel() * loaded.element_size()
         if size <= self.limit:
+            loaded = loaded.clone()  # its own memory: a file's mapping is not kept open (there may be 10,000s)
             self._loaded[key] = loaded
             self._size += size
-            while self._size > self.limit:
+            while self._size > self.limit or len(self._loaded) > _MAX_HELD:
                 _, dropped = self._loaded.popitem(last=False)
                 self._size -= dropped.numel() * dropped.element_size()
         return loaded
 
     def fingerprint(self, tensor: TensorValue) -> Hashable | None:
-        """Equal fingerprints mean equal values: a hash of the bits, else the printed lines, else the stats."""
+        """Equal fingerprints mean equal values: a hash of the tensor's file, else the printed lines, else the
+        stats."""
         key = id(tensor)
         if key in self._keys:
             return self._keys[key]
         head = (tensor.shape, tensor.dtype)
         found: Hashable | None = None
-        loaded = self.load(tensor)
-        if loaded is not None:
-            import torch
-
-            data = loaded.detach().contiguous().reshape(-1).view(torch.uint8).numpy()
+        file = _file_identity(tensor)
+        if file is not None and file in self._files:  # a tensor seen again is the same file, hard-linked
+            self._keys[key] = self._files[file]
+            return self._files[file]
+        data = _file_bytes(tensor)
+        if data is not None:
             found = (*head, hashlib.blake2b(data, digest_size=16).digest())
         elif tensor.lines is not None:
             found = (*head, tuple(tensor.lines))
         elif tensor.stats:
             found = (*head, tuple(sorted(tensor.stats.items())))
         self._keys[key] = found
+        if file is not None:
+            self._files[file] = found
         return found
+
+
+def _file_bytes(tensor: TensorValue) -> bytes | None:
+    """The bytes of a tensor's safetensors file (equal files: equal values; the writers put nothing else in
+    them), or None without one. A missing, linked or foreign file raises as ``TensorValue.load`` does."""
+    if tensor.ref is None:
+        return None
+    path = tensor.path
+    if path is None or os.path.islink(path) or not path.is_file():
+        tensor.load()  # raises TraceFormatError, naming the problem
+    assert path is not None
+    return path.read_bytes()
+
+
+def _file_identity(tensor: TensorValue) -> tuple[int, int, int] | None:
+    """(device, inode, size) of a tensor's file: equal for the hard links nbtrace writes for a repeated tensor."""
+    path = tensor.path
+    if path is None:
+        return None
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return (info.st_dev, info.st_ino, info.st_size) if info.st_nlink > 1 else None
 
 
 @dataclass(eq=False)
@@ -149,6 +181,10 @@ class Flow:
         self._by_key: dict[Hashable, Slot] = {}
         self._slots: dict[tuple[int, str, str], Slot] = {}
         self._copies: dict[int, list[Slot]] = {}
+        self._gaps: dict[int, PrunedGap] = {}  # id(call) -> the pruned layer blocks right before it
+        for node in trace.nodes():
+            for gap in node.pruned_layers() if len(node.children) > 1 else ():
+                self._gaps[id(node.children[gap.position])] = gap
         self._build()
 
     # -- questions --------------------------------------------------------------------
@@ -232,8 +268,8 @@ class Flow:
             producer = Producer(node, kind, event.index)
         elif event.index == 0:
             producer = Producer(node, "inputs", 0)
-        elif node.gap_before() is not None and node.parent is not None:
-            producer = Producer(node.parent, "pruned", event.index, gap=node.gap_before())
+        elif id(node) in self._gaps and node.parent is not None:
+            producer = Producer(node.parent, "pruned", event.index, gap=self._gaps[id(node)])
         else:
             previous = self.events[event.index - 1]
             if previous.io == "output" and previous.node.children and previous.node.parent is node.parent:

@@ -28,10 +28,18 @@ from __future__ import annotations
 import functools
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from ..core.dtypes import is_float, short_dtype
 from ..core.tensor import STAT_NAMES, TensorValue
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+#: called with a TensorDiff and the two full tensors it was computed from
+Observer = Callable[["TensorDiff", Any, Any], None]
 
 #: dtype -> default (rtol, atol), relative to the largest magnitude of a's tensor.
 TOLERANCE: dict[str, tuple[float, float]] = {
@@ -101,9 +109,11 @@ class TensorDiff:
 
 
 def diff_tensors(
-    io: str, arg: str, b_arg: str, a: TensorValue, b: TensorValue, rtol: float | None, atol: float | None
+    io: str, arg: str, b_arg: str, a: TensorValue, b: TensorValue, rtol: float | None, atol: float | None,
+    observe: Observer | None = None,
 ) -> TensorDiff:
-    """Compare ``a`` (the reference) with ``b`` on the strongest basis both sides allow."""
+    """Compare ``a`` (the reference) with ``b`` on the strongest basis both sides allow; ``observe`` is handed
+    the result and both full tensors as loaded (the noise-aware verdict measures them in the same pass)."""
     result = TensorDiff(io, arg, b_arg, a.shape, b.shape, short_dtype(a.dtype), short_dtype(b.dtype))
     if a.shape != b.shape:
         result.basis = "shape"
@@ -114,7 +124,7 @@ def diff_tensors(
     result.rtol = r if rtol is None else rtol
     result.atol = t if atol is None else atol
     if a.ref is not None and b.ref is not None:
-        _full(result, a, b)
+        _full(result, a, b, observe)
         return result
     exact = not (is_float(a.dtype) and is_float(b.dtype))
     a_values, b_values = printed_numbers(a, exact), printed_numbers(b, exact)
@@ -133,12 +143,14 @@ def diff_tensors(
     return result
 
 
-def _full(result: TensorDiff, a: TensorValue, b: TensorValue) -> None:
+def _full(result: TensorDiff, a: TensorValue, b: TensorValue, observe: Observer | None = None) -> None:
     import torch
 
     result.basis = "tensors"
     x = a.load()
     y = b.load()
+    if observe is not None:
+        observe(result, x, y)
     if x.is_complex() or y.is_complex():
         x, y = torch.view_as_real(x.to(torch.complex128)), torch.view_as_real(y.to(torch.complex128))
     x = x.detach().to(torch.float64).reshape(-1)
