@@ -21,7 +21,7 @@ from .files_verdict import UNKNOWN_INPUTS, FileVerdict
 from .findings import Finding, Verdict
 from .flow import Slot
 from .metrics import TensorDiff
-from .rounding import B_CODE, B_LEAF, confidence
+from .rounding import B_CODE, B_LEAF, brief, confidence
 
 if TYPE_CHECKING:  # pragma: no cover
     from .comparison import Comparison
@@ -98,7 +98,7 @@ def file_divergence(comparison: Comparison, judge: FileVerdict, finding: Finding
         confidence=sure,
         evidence=sorted(finding.evidence, key=lambda e: -e.score),
     )
-    result.reason = _reason(result, finding, culprit, seen) + (f" — {top.sentence}" if top else "")
+    result.reason = _reason(result, finding, culprit, seen) + (f" ({sure}: {brief(top)})" if top else "")
     result.weights = weights_inside(comparison, culprit.module_path)
     return result
 
@@ -240,7 +240,7 @@ def replay_divergence(comparison: Comparison, finding: Finding, result: Replayed
         cosine=cosine,
         stat_diffs={},
         diffs=list(match.diffs) if match else [],
-        reason=reason + (f" — {top.sentence}" if top else ""),
+        reason=reason + (f" ({confidence(finding.score)}: {brief(top)})" if top else ""),
         confidence=confidence(finding.score),
         evidence=sorted(finding.evidence, key=lambda e: -e.score),
         replayed=True,

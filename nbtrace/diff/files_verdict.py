@@ -150,7 +150,7 @@ class FileVerdict:
         k, b = self._allowance(producer)
         longest = max((s.tensor.shape[-1] for s in readable), default=1)
         finding.evidence.append(magnitude(d, e_in, k, b + accumulation(longest, d.u), what))
-        finding.own = math.sqrt(max(d.rel**2 - (k * e_in) ** 2, 0.0))
+        finding.own = math.sqrt(max(d.rel**2 - e_in**2, 0.0))  # beyond what it was handed, passed on as is
         if d.rel > 0 and producer.kind != "inputs":
             finding.evidence.extend(coherence(d, known, what))
             finding.evidence.extend(self._weight_evidence(producer))

@@ -149,8 +149,14 @@ def _full(result: TensorDiff, a: TensorValue, b: TensorValue, observe: Observer 
     result.basis = "tensors"
     x = a.load()
     y = b.load()
+    _full_numbers(result, x, y)
     if observe is not None:
         observe(result, x, y)
+
+
+def _full_numbers(result: TensorDiff, x: torch.Tensor, y: torch.Tensor) -> None:
+    import torch
+
     if x.is_complex() or y.is_complex():
         x, y = torch.view_as_real(x.to(torch.complex128)), torch.view_as_real(y.to(torch.complex128))
     x = x.detach().to(torch.float64).reshape(-1)

@@ -98,8 +98,28 @@ class PairStats:
             if slot is not None and slot.origin is not None:
                 return
         floats = a.is_floating_point() and b.is_floating_point()
+        if floats and self.valid_rows is not None and a.ndim >= 3 and tuple(a.shape[:2]) == tuple(
+                self.valid_rows.shape):
+            _real_token_numbers(diff, a, b, self.valid_rows)
         u = unit_roundoff(a.dtype, b.dtype) if floats else 0.0
         self.found[(id(node), diff.io, diff.arg)] = diff_stats(a, b, self.valid_rows, u)
+
+
+def _real_token_numbers(diff: TensorDiff, a: torch.Tensor, b: torch.Tensor, valid_rows: torch.Tensor) -> None:
+    """max_abs, max_rel and cosine over the real tokens: padding holds whatever each kernel left there."""
+    import numpy as np
+
+    x, y = as_matrix(a, valid_rows).numpy().reshape(-1), as_matrix(b, valid_rows).numpy().reshape(-1)
+    both = np.isfinite(x) & np.isfinite(y)
+    if diff.ok is False and diff.problem is not None or not both.any():
+        return
+    x, y = x[both], y[both]
+    delta, scale = float(np.abs(x - y).max()), float(np.abs(x).max())
+    diff.max_abs = delta
+    diff.max_rel = delta / scale if scale > 0 else (0.0 if delta == 0 else math.inf)
+    norms = float(np.linalg.norm(x) * np.linalg.norm(y))
+    diff.cosine = max(-1.0, min(1.0, float(x @ y) / norms)) if norms > 0 else (1.0 if delta == 0 else None)
+    diff.excess = diff.max_rel
 
 
 def padding_rows(trace: Trace, cache: TensorCache) -> torch.Tensor | None:

@@ -36,6 +36,19 @@ def confidence(score: float) -> str:
     return "certain" if score >= CERTAIN else "likely"
 
 
+def brief(evidence: Evidence) -> str:
+    """A test's numbers in a few words, for the reason of a verdict (``Evidence.sentence`` says it in full)."""
+    stat, limit = evidence.statistic, evidence.threshold
+    words = {
+        "magnitude": f"{stat:.3g} u where rounding allows {limit:.3g} u",
+        "math": f"{stat:.3g} u off in float64 where rounding allows {limit:.3g} u",
+        "scale": f"a global scale, z = {stat:.3g} against {limit:.3g}",
+        "values": f"a trend with the value, z = {stat:.3g} against {limit:.3g}",
+        "precision": f"its rounding shared along rows, z = {stat:.0f} against {limit:.0f}",
+    }
+    return words.get(evidence.test, evidence.sentence)
+
+
 def internal_u(u: float) -> float:
     """The precision the reference computes in inside an op: float32 for half-precision models (matmuls
     accumulate, norms and softmax upcast in float32), the dtype itself otherwise. A systematic difference
