@@ -26,9 +26,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import nbtrace  # noqa: E402
-from nbtrace.demo import build_demo  # noqa: E402
-from tests.models.precision import CASES, trace_case  # noqa: E402
+import nbtrace
+from nbtrace.demo import build_demo
+from tests.models.precision import CASES, trace_case
 
 
 def _demo(layers: int, scaled: bool):

@@ -29,10 +29,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import nbtrace  # noqa: E402
-from nbtrace.diff.metrics import TOLERANCE  # noqa: E402
-from tests.models.precision import CASES, P, trace_case  # noqa: E402
-from tests.models.precision_ports import RENAMED_CASES  # noqa: E402
+import nbtrace
+from nbtrace.diff.metrics import TOLERANCE
+from tests.models.precision import CASES, P, trace_case
+from tests.models.precision_ports import RENAMED_CASES
 
 NAMES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 

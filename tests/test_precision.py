@@ -81,7 +81,7 @@ def test_from_files_no_false_alarm_and_no_wrong_module(run, name, dtype):
 
 @pytest.mark.parametrize(("name", "dtype"), [k for k, v in FILES.items() if v is not None])
 def test_replay_names_the_bug(run, name, dtype):
-    _, port, a, b = run(name, dtype)
+    _, port, a, _ = run(name, dtype)
     c = nbtrace.compare(a, port)
     assert c.method == "replay" and c.replay is not None and c.replay.replayed
     expected = BY_NAME[name].expected(dtype)

@@ -204,7 +204,7 @@ def mark_carried(comparison: Comparison, judge: FileVerdict, divergence: FirstDi
                 continue
             slot = judge.flow_a.slot(match.a, d.io, d.arg)
             hit = slot is not None and (id(slot) in carried or id(slot.source) in carried)
-            d.ok = not (hit and _differs(d))
+            d.ok = not (hit and _differs(d)) and d.problem is None
 
 
 def _differs(d: TensorDiff) -> bool:

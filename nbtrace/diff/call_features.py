@@ -31,8 +31,23 @@ _TOKEN = re.compile(r"[A-Za-z]+")
 class CallFeatures:
     """The value-free description of one call (see the module docstring)."""
 
-    __slots__ = ("node", "leaf", "children", "ins", "main_in", "outs", "out_shapes", "numbers", "name", "tokens",
-                 "rel_path", "passthrough", "entry", "fan", "key")
+    __slots__ = (
+        "children",
+        "entry",
+        "fan",
+        "ins",
+        "key",
+        "leaf",
+        "main_in",
+        "name",
+        "node",
+        "numbers",
+        "out_shapes",
+        "outs",
+        "passthrough",
+        "rel_path",
+        "tokens",
+    )
 
     def __init__(self, node: Node, flow: Flow | None, readers: dict[int, int]) -> None:
         self.node = node

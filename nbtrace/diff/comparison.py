@@ -36,6 +36,9 @@ from .weights import WeightFinding, compare_parameters
 if TYPE_CHECKING:  # pragma: no cover
     import pandas
 
+    from .files_verdict import FileVerdict
+    from .findings import Verdict
+
 
 @dataclass
 class Match:
@@ -94,6 +97,8 @@ class Comparison:
         #: what replay did (``live.ReplayReport``), when b was a live module
         self.replay = None
         self.first_divergence: FirstDivergence | None = None
+        self._judge: FileVerdict | None = None  # the verdict from files, kept for replay
+        self._files_verdict: Verdict | None = None
         if self._noise_aware():
             from .born import judge_from_files
 

@@ -91,7 +91,7 @@ class FirstDivergence:
 
 
 class _Event:
-    __slots__ = ("node", "io", "verdict")
+    __slots__ = ("io", "node", "verdict")
 
     def __init__(self, node: Node, io: str, verdict: bool | None) -> None:
         self.node = node

@@ -28,9 +28,9 @@ from ..core.tensor import TensorValue
 from .evidence import Evidence
 from .findings import Finding, Verdict
 from .flow import Flow, Producer, Slot
-from .noise import DiffStats, PairStats, diff_stats, dtype_name, padding_rows, unit_roundoff
-from .rounding import (B_CODE, B_INPUTS, B_LEAF, CERTAIN, K_CODE, K_LEAF, accumulation, coherence, magnitude)
 from .metrics import TensorDiff
+from .noise import DiffStats, PairStats, diff_stats, dtype_name, padding_rows, unit_roundoff
+from .rounding import B_CODE, B_INPUTS, B_LEAF, CERTAIN, K_CODE, K_LEAF, accumulation, coherence, magnitude
 from .weights import WeightFinding
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -108,9 +108,30 @@ class FileVerdict:
         assert match is not None
         return next((t for io, arg, t in match.b.tensors() if io == place.io and arg == diff.b_arg), None)
 
+    def _broken(self, slot: Slot) -> TensorDiff | None:
+        """The comparison at this very place when it failed outright: another shape, NaN/inf elsewhere."""
+        match = self.matches.get(id(slot.node))
+        diff = next((d for d in match.diffs if d.io == slot.io and d.arg == slot.arg), None) if match else None
+        return diff if diff is not None and diff.ok is False and diff.problem is not None else None
+
+    def _broken_finding(self, producer: Producer, slot: Slot, diff: TensorDiff) -> Finding:
+        """A shape or NaN/inf mismatch: born here unless a tensor it read already failed the same way."""
+        handed = any(self._broken(copy) for s in producer.inputs for copy in self.flow_a.copies(s))
+        u = unit_roundoff(diff.dtype, diff.b_dtype)
+        stats = DiffStats(n=0, rel=math.inf, u=u, scale=0.0, scale_z=0.0, row_z=0.0, value_z=0.0, trend=0.0)
+        finding = Finding(producer.node, stats, math.inf if handed else 0.0, producer=producer, slot=slot)
+        what = self._what(producer, slot)
+        finding.evidence.append(Evidence(
+            "broken", math.inf, 0.0, 0.0 if handed else math.inf,
+            f"{what}: {diff.problem}" + (" (so does a tensor it reads)" if handed else "")))
+        return finding
+
     # -- one producer --------------------------------------------------------------------
     def judge(self, producer: Producer, slot: Slot) -> Finding | None:
         """A fresh tensor of a: what its code added beyond what it was handed."""
+        broken = self._broken(slot)
+        if broken is not None:
+            return self._broken_finding(producer, slot, broken)
         d = self.stats(slot)
         if d is None:
             return None
@@ -118,6 +139,9 @@ class FileVerdict:
 
     def judge_passed(self, producer: Producer, slot: Slot) -> Finding | None:
         """A tensor a merely handed on (the same values as earlier): did b change it on the way?"""
+        broken = self._broken(slot)
+        if broken is not None and self._broken(slot.source) is None:
+            return self._broken_finding(producer, slot, broken)
         earlier, diff = self.place(slot.source)
         if earlier is slot or diff is None:
             return None

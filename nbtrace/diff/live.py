@@ -90,7 +90,7 @@ def compare_live(reference: Any, port: nn.Module, *, replay: bool | str = True,
     scope = "auto" if replay is True else str(replay)
     report = ReplayReport(scope)
     comparison.replay = report
-    if comparison.method != "files":
+    if comparison.method != "files" or comparison._judge is None or comparison._files_verdict is None:
         report.answered_by = "files"
         report.note = "not replayed: replay needs full tensors on both sides and no rtol/atol"
         return comparison

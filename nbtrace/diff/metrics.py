@@ -144,8 +144,6 @@ def diff_tensors(
 
 
 def _full(result: TensorDiff, a: TensorValue, b: TensorValue, observe: Observer | None = None) -> None:
-    import torch
-
     result.basis = "tensors"
     x = a.load()
     y = b.load()
@@ -201,11 +199,9 @@ def _printed(result: TensorDiff, xs: list[tuple[float, float]], ys: list[tuple[f
             result.problem = "NaN/inf at different places"
             return False
         d = abs(x - y)
-        if d > delta:
-            delta = d
+        delta = max(delta, d)
         beyond = d - max(ux, uy)
-        if beyond > excess:
-            excess = beyond
+        excess = max(excess, beyond)
         if beyond > floor:
             ok = False
         dot += x * y
@@ -266,7 +262,7 @@ def _ulp(match: re.Match[str]) -> float:
 def _stat_ulp(text: str | None) -> float:
     if not text:
         return 0.0
-    body = text[len("tensor(") :] if text.startswith("tensor(") else text
+    body = text.removeprefix("tensor(")
     match = _NUMBER.search(body)
     return _ulp(match) if match is not None and match.group(2) is not None else 0.0
 
@@ -280,8 +276,7 @@ def printed_numbers(tensor: TensorValue, exact: bool = False) -> list[tuple[floa
     if not lines:
         return None
     text = " ".join(lines)
-    if text.startswith("tensor("):
-        text = text[len("tensor(") :]
+    text = text.removeprefix("tensor(")
     tail = _TAIL.search(text)
     if tail is not None:
         text = text[: tail.start()]

@@ -45,6 +45,7 @@ def brief(evidence: Evidence) -> str:
         "scale": f"a global scale, z = {stat:.3g} against {limit:.3g}",
         "values": f"a trend with the value, z = {stat:.3g} against {limit:.3g}",
         "precision": f"its rounding shared along rows, z = {stat:.0f} against {limit:.0f}",
+        "broken": evidence.sentence,
     }
     return words.get(evidence.test, evidence.sentence)
 

@@ -14,7 +14,20 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from tests.models.precision import EPS, HEADS, HIDDEN, INTERMEDIATE, KV_HEADS, LAYERS, P, VOCAB, Bug, Case, _round_trip, _scale_weight
+from tests.models.precision import (
+    EPS,
+    HEADS,
+    HIDDEN,
+    INTERMEDIATE,
+    KV_HEADS,
+    LAYERS,
+    VOCAB,
+    Bug,
+    Case,
+    P,
+    _round_trip,
+    _scale_weight,
+)
 
 HEAD_DIM = HIDDEN // HEADS
 
