@@ -117,8 +117,8 @@ def _real_token_numbers(diff: TensorDiff, a: torch.Tensor, b: torch.Tensor, vali
     delta, scale = float(np.abs(x - y).max()), float(np.abs(x).max())
     diff.max_abs = delta
     diff.max_rel = delta / scale if scale > 0 else (0.0 if delta == 0 else math.inf)
-    norms = float(np.linalg.norm(x) * np.linalg.norm(y))
-    diff.cosine = max(-1.0, min(1.0, float(x @ y) / norms)) if norms > 0 else (1.0 if delta == 0 else None)
+    norms = _norm(x) * _norm(y)
+    diff.cosine = max(-1.0, min(1.0, float((x * y).sum()) / norms)) if norms > 0 else (1.0 if delta == 0 else None)
     diff.excess = diff.max_rel
 
 
@@ -173,7 +173,7 @@ def diff_stats(a: torch.Tensor, b: torch.Tensor, valid_rows: torch.Tensor | None
     finite = np.isfinite(x) & np.isfinite(y)
     x, y = np.where(finite, x, 0.0), np.where(finite, y, 0.0)
     delta = y - x
-    norm_a, norm_d = float(np.linalg.norm(x)), float(np.linalg.norm(delta))
+    norm_a, norm_d = _norm(x), _norm(delta)
     rel = norm_d / norm_a if norm_a > 0 else (0.0 if norm_d == 0 else math.inf)
     beta, z = _scale(delta, x)
     value_z, trend = _value_z(delta, x)
@@ -210,7 +210,7 @@ def _value_z(delta: np.ndarray, a: np.ndarray) -> tuple[float, float]:
 
     flat_a, flat_d = a.reshape(-1), delta.reshape(-1)
     n = flat_a.size
-    norm_a = float(np.linalg.norm(flat_a))
+    norm_a = _norm(flat_a)
     if n < 4 * _VALUE_BINS or norm_a == 0:
         return 0.0, 0.0
     order = np.argsort(flat_a, kind="stable")
@@ -234,6 +234,11 @@ def _value_z(delta: np.ndarray, a: np.ndarray) -> tuple[float, float]:
     return (float((z * z).sum()) - z.size) / math.sqrt(2 * z.size), trend
 
 
+def _norm(values: np.ndarray) -> float:
+    """The 2-norm without BLAS (numpy's BLAS may run threads of its own, which only contend on small tensors)."""
+    return math.sqrt(float((values * values).sum()))
+
+
 def _scale(delta: np.ndarray, a: np.ndarray) -> tuple[float, float]:
     """Global scale beta and its z-score, the standard error robust to errors shared along rows or columns."""
     import numpy as np
@@ -243,8 +248,7 @@ def _scale(delta: np.ndarray, a: np.ndarray) -> tuple[float, float]:
         return 0.0, 0.0
     beta = float((delta * a).sum()) / aa
     score = (delta - beta * a) * a
-    se = max(float(np.linalg.norm(score)), float(np.linalg.norm(score.sum(1))),
-             float(np.linalg.norm(score.sum(0)))) / aa
+    se = max(_norm(score), _norm(score.sum(1)), _norm(score.sum(0))) / aa
     if se == 0:
         return beta, 0.0 if beta == 0 else math.inf
     return beta, beta / se

@@ -19,7 +19,7 @@ whichever is closest to ``port64(x)`` (``Flow.call_output``).
 Memory: one module is copied to float64 at a time and dropped after its call. ``scope``
 limits what is replayed: ``"auto"`` every call whose module holds at most as many
 parameters as the largest layer block, ``"leaves"`` calls without children, ``"all"``
-everything. The random number generator's state is restored afterwards.
+everything. The random number generators' states are restored afterwards.
 """
 
 from __future__ import annotations
@@ -97,11 +97,14 @@ class Replayer:
 
     def run(self) -> list[Replayed]:
         state = torch.random.get_rng_state()
+        devices = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
         try:
             with torch.no_grad():
                 return [self.replay(match) for match in self.matches]
         finally:
             torch.random.set_rng_state(state)
+            if devices is not None:
+                torch.cuda.set_rng_state_all(devices)
 
     # -- one call -----------------------------------------------------------------------
     def replay(self, match: Match) -> Replayed:
