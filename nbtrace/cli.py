@@ -235,8 +235,10 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="rewrite B's module paths: a JSON object {regex: replacement} or lines 'regex = replacement'",
     )
-    diff.add_argument("--rtol", type=float, default=None, help="relative tolerance (default: by dtype)")
-    diff.add_argument("--atol", type=float, default=None, help="absolute tolerance (default: by dtype)")
+    diff.add_argument("--rtol", type=float, default=None,
+                      help="judge each tensor by this relative tolerance (default: full tensors are judged against "
+                           "the dtype's rounding, printed values by a tolerance per dtype)")
+    diff.add_argument("--atol", type=float, default=None, help="absolute tolerance (given: per-element judgement)")
     diff.add_argument("--ignore", metavar="REGEX", help="do not compare tensors whose argument name matches")
     diff.add_argument("--rows", type=int, default=30, help="table rows to print (default: 30)")
     diff.set_defaults(run=_diff)

@@ -14,7 +14,7 @@ LAYERS = ["core", "capture", "diff", "render", "notebook"]
 ALLOWED = {
     "core": set(),
     "capture": {"core"},
-    "diff": {"core"},
+    "diff": {"core", "capture"},  # capture: comparing with a live port traces it (diff/live.py)
     "render": {"core", "diff"},
     "notebook": {"core", "capture", "diff", "render"},
 }
