@@ -89,7 +89,7 @@ def file_divergence(comparison: Comparison, judge: FileVerdict, finding: Finding
         max_rel=diff.max_rel if diff else None,
         cosine=diff.cosine if diff else None,
         stat_diffs={},
-        diffs=list(seen_match.diffs) if seen_match else [],
+        diffs=seen_match.diffs if seen_match else [],  # the match's own list: views find the call by it
         reason="",
         exact=pruned is None,
         unobserved=unobserved,
@@ -239,7 +239,7 @@ def replay_divergence(comparison: Comparison, finding: Finding, result: Replayed
         max_rel=max_rel,
         cosine=cosine,
         stat_diffs={},
-        diffs=list(match.diffs) if match else [],
+        diffs=match.diffs if match else [],
         reason=reason + (f" ({confidence(finding.score)}: {brief(top)})" if top else ""),
         confidence=confidence(finding.score),
         evidence=sorted(finding.evidence, key=lambda e: -e.score),

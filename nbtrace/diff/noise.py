@@ -241,8 +241,6 @@ def _norm(values: np.ndarray) -> float:
 
 def _scale(delta: np.ndarray, a: np.ndarray) -> tuple[float, float]:
     """Global scale beta and its z-score, the standard error robust to errors shared along rows or columns."""
-    import numpy as np
-
     aa = float((a * a).sum())
     if aa == 0:
         return 0.0, 0.0
