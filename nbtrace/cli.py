@@ -61,9 +61,14 @@ def _demo(args: argparse.Namespace) -> int:
     assert result is not None
     say(format_tree(result, max_depth=args.depth))
     say()
-    say(f"{len(result)} module calls traced; files written to {Path(args.out).resolve()}:")
-    for name in (result.source.name, result.source.name.replace("_FULL_TENSORS", "_SUMMARY")):
+    folder = result.source.parent
+    written = sorted(p.name for p in folder.iterdir() if p.name.startswith(result.model_name + "_debug_tree_"))
+    tensor_files = sorted(p.name for p in folder.iterdir() if p.suffix == ".safetensors")
+    say(f"{len(result)} module calls traced; files written to {folder.resolve()}:")
+    for name in written:
         say(f"  {name}")
+    if tensor_files:
+        say(f"  and {len(tensor_files)} .safetensors files of tensor values")
     return 0
 
 
