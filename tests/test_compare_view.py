@@ -112,6 +112,8 @@ def test_b_s_tensors_stand_beside_a_s(view):
     assert b["arg"] == "out" and b["file"].startswith("./TinyLlamaPort.blocks.2.attn.out.linear_outputs")
     assert pair["a"]["mean"] == next(t for t in detail["tensors"] if t["io"] == "output")["mean"]
     assert pair["b"]["std"] == b["std"] and pair["verdict"] == "differs"
+    # judged against rounding by where the difference flows: no per-element tolerance shown as if it had decided
+    assert pair["tolerance"] == "-"
 
 
 def test_the_verdict_s_own_difference_reaches_the_detail(view):
