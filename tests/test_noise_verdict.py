@@ -1,5 +1,6 @@
-"""The noise-aware verdict at its edges: a NaN a port makes is born where it first appears (not judged as rounding), and a
-difference born inside layer blocks that pruning removed is named as "between" the blocks kept around them."""
+"""The noise-aware verdict at its edges: a NaN a port makes is born where it first appears (not judged as rounding), a
+difference born inside layer blocks that pruning removed is named as "between" the blocks kept around them, and an
+evidence sentence claims only what its score shows."""
 
 from __future__ import annotations
 
@@ -60,3 +61,26 @@ def test_a_bug_in_pruned_layers_is_named_between_the_kept_blocks(tmp_path):
     assert [w.module_path for w in first.weights] == [f"{P}.layers.2.mlp.down_proj"]  # the fingerprints tell
     clean = nbtrace.compare(a, trace_model(sdpa_port(reference), tmp_path / "clean", inputs, prune=True))
     assert clean.verdict == "agree"
+
+
+class ScaledPort(Net):
+    def forward(self, x):
+        return self.c(torch.relu(self.b(self.a(x)) * 1.01))  # a scale off by 1% after b
+
+
+def test_an_evidence_sentence_says_what_its_numbers_show(tmp_path):
+    torch.manual_seed(0)
+    x = torch.randn(4096, 8)
+    reference = Net().eval()
+    a = _traced(reference, tmp_path / "a", x)
+    port = ScaledPort().eval()
+    port.load_state_dict(reference.state_dict())
+    c = nbtrace.compare(a, _traced(port, tmp_path / "b", x))
+    scale = next(e for e in c.first_divergence.evidence if e.test == "scale")
+    assert scale.score >= 1 and "b is the reference times (1+0.01)" in scale.sentence
+    assert "rounding has no preferred direction" in scale.sentence
+    weak = [e for m in c.matches if m.difference is not None for e in m.difference.evidence if e.score < 1]
+    assert any(e.test in ("scale", "values") for e in weak)
+    for e in weak:  # a test that found nothing does not claim a finding
+        assert "depends on the value" not in e.sentence and "preferred direction" not in e.sentence, e.sentence
+        assert e.test not in ("scale", "values") or "beyond rounding" in e.sentence, e.sentence

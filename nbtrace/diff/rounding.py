@@ -92,17 +92,20 @@ def coherence(d: DiffStats, inputs: list[DiffStats], what: str, source: str = "f
     if math.isfinite(d.scale_z):
         z = abs(d.scale_z)
         threshold = max(SCALE_Z, 2 * in_scale, z * floor / abs(d.scale) if d.scale else math.inf)
-        found.append(Evidence(
-            "scale", z, threshold, _ratio(z, threshold),
-            f"{what}: b is the reference times (1{d.scale:+.3g}), z = {d.scale_z:+.1f} against {threshold:.3g} "
-            f"(its inputs' largest |z| {in_scale:.1f}); rounding has no preferred direction", source))
+        score = _ratio(z, threshold)
+        numbers = (f"b is the reference times (1{d.scale:+.3g}), z = {d.scale_z:+.1f} against {threshold:.3g} "
+                   f"(its inputs' largest |z| {in_scale:.1f})")
+        sentence = (f"{what}: {numbers}; rounding has no preferred direction" if score >= 1
+                    else f"{what}: no scale beyond rounding: {numbers}")  # a sentence says what the numbers show
+        found.append(Evidence("scale", z, threshold, score, sentence, source))
     in_value = max((x.value_z for x in inputs), default=0.0)
     threshold = max(VALUE_Z, 2 * in_value, d.value_z * floor / d.trend if d.trend > 0 else math.inf)
-    found.append(Evidence(
-        "values", d.value_z, threshold, _ratio(d.value_z, threshold),
-        f"{what}: its difference depends on the value (binned by the reference's value, chi-square z = "
-        f"{d.value_z:.1f} against {threshold:.3g}, its inputs' {in_value:.1f}; a trend of {d.trend:.2g} relative); "
-        f"rounding averages to zero in every bin", source))
+    score = _ratio(d.value_z, threshold)
+    numbers = (f"binned by the reference's value, chi-square z = {d.value_z:.1f} against {threshold:.3g}, its inputs' "
+               f"{in_value:.1f}; a trend of {d.trend:.2g} relative")
+    sentence = (f"{what}: its difference depends on the value ({numbers}); rounding averages to zero in every bin"
+                if score >= 1 else f"{what}: no trend with the value beyond rounding ({numbers})")
+    found.append(Evidence("values", d.value_z, threshold, score, sentence, source))
     return found
 
 
