@@ -103,7 +103,7 @@ function divergenceBlock(p, v) {
       const row = el("div", "nbt-d-obs");
       row.append(el("span", `nbt-io nbt-io-${pair.io}`, pair.io === "input" ? "in" : "out"),
         el("span", "nbt-arg", pair.arg === pair.b_arg ? pair.arg : `${pair.arg} ↔ ${pair.b_arg}`),
-        el("span", "", `${pair.numbers} · ${words.tolerance} ${pair.tolerance}`),
+        el("span", "", pair.tolerance === "-" ? pair.numbers : `${pair.numbers} · ${words.tolerance} ${pair.tolerance}`),
         el("span", `nbt-d-verdict nbt-ok-${pair.ok}`, pair.verdict));
       seen.append(row);
     }
