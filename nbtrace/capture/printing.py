@@ -2,27 +2,61 @@
 
 The trace format stores ``str(tensor)`` and ``repr(tensor.mean())`` etc. as torch
 prints them in scientific mode. torch's printer runs several tensor ops per
-element; this module gathers the few elements torch would show with one
-transfer and formats them in Python, character for character as torch does
-(``torch/_tensor_str.py``). It covers plain, strided, real tensors that need no
-autograd suffix; every function returns None for anything else, and the caller
-falls back to torch's printer. The tests compare both on many random tensors
-and print options.
+element; here the work is split in two halves (``torch/_tensor_str.py`` is the
+reference for both):
+
+- on the tensor's device, ``gather`` copies the few elements torch would show
+  and ``stat_pieces`` computes mean, std, min and max with the very ops users
+  call; nothing is read yet;
+- on the host, once those values arrived (``transfer.py`` moves them, many
+  tensors at once), ``format_text`` and ``format_stats`` write the characters
+  torch writes.
+
+It covers plain, strided, real tensors that need no autograd suffix
+(``fast_printable``); the caller falls back to torch's printer for anything
+else. The tests compare both on many random tensors and print options.
 """
 
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 from torch._tensor_str import PRINT_OPTS
 
+from . import transfer
+
 _FLOATS = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64})
-_PLAIN = frozenset(
-    {torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool}
-    | {getattr(torch, name) for name in ("uint16", "uint32", "uint64") if hasattr(torch, name)}
-)
+_UINTS = frozenset(getattr(torch, name) for name in ("uint16", "uint32", "uint64") if hasattr(torch, name))
+_PLAIN = frozenset({torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool} | _UINTS)
 _PREFIX = "tensor("
+_INDENT = len(_PREFIX)
+STAT_NAMES = ("mean", "std", "min", "max")
+
+
+class Options(NamedTuple):
+    """The print options a tensor is printed with (read when its values are gathered)."""
+
+    precision: int
+    linewidth: int
+    edgeitems: int
+    threshold: float
+
+
+def current_options() -> Options:
+    return Options(PRINT_OPTS.precision, PRINT_OPTS.linewidth, PRINT_OPTS.edgeitems, PRINT_OPTS.threshold)
+
+
+class Layout(NamedTuple):
+    """What the host needs, besides the gathered values, to print a tensor."""
+
+    floating: bool
+    shape: tuple[int, ...]
+    shown: tuple[int, ...]  # the shape of the gathered elements
+    summarize: bool
+    suffix: tuple[str, ...]
+    options: Options
 
 
 def fast_printable(tensor: torch.Tensor) -> bool:
@@ -43,7 +77,7 @@ def fast_printable(tensor: torch.Tensor) -> bool:
     )
 
 
-def suffixes(tensor: torch.Tensor) -> list[str]:
+def suffixes(tensor: torch.Tensor) -> tuple[str, ...]:
     """The ``device=…`` / ``dtype=…`` suffixes torch prints after a non-empty tensor."""
     out = []
     device = tensor.device
@@ -55,16 +89,17 @@ def suffixes(tensor: torch.Tensor) -> list[str]:
     complex_default = torch.cdouble if default == torch.double else torch.cfloat
     if tensor.dtype not in (default, complex_default, torch.int64, torch.bool):
         out.append(f"dtype={tensor.dtype}")
-    return out
+    return tuple(out)
 
 
-def add_suffixes(text: str, extra: list[str], indent: int) -> str:
+def add_suffixes(text: str, extra: tuple[str, ...], indent: int, linewidth: int) -> str:
     """torch's ``_add_suffixes``: append ``, suffix`` items, wrapping at the line width."""
+    if not extra:
+        return text + ")"
     parts = [text]
     last_line = len(text) - text.rfind("\n") + 1
-    width = PRINT_OPTS.linewidth
     for suffix in extra:
-        if last_line + len(suffix) + 2 > width:
+        if last_line + len(suffix) + 2 > linewidth:
             parts.append(",\n" + " " * indent + suffix)
             last_line = indent + len(suffix)
         else:
@@ -83,46 +118,37 @@ def scalar_text(value: float, precision: int) -> str:
     return f"{value:.0f}"  # nan, inf, -inf
 
 
-def stat_reprs(tensor: torch.Tensor) -> dict[str, str] | None:
-    """``repr()`` of mean, std, min and max, computed with one host transfer.
+# -- on the device -------------------------------------------------------------
+def stat_pieces(tensor: torch.Tensor) -> list[torch.Tensor]:
+    """mean, std, min and max of a non-empty floating tensor, as 0-dim tensors on its device.
 
-    Uses the very ops torch users call (``mean``, ``std``, and ``aminmax``, whose
-    results equal ``min``/``max`` exactly), so the numbers are identical.
+    The very ops torch users call (``aminmax`` equals ``min``/``max`` exactly), so the numbers are identical.
     """
-    if not fast_printable(tensor) or tensor.dtype not in _FLOATS or tensor.numel() == 0:
-        return None
     mean = tensor.mean()
     std = tensor.std() if tensor.numel() > 1 else torch.full_like(mean, math.nan)
     low, high = torch.aminmax(tensor)
-    values = torch.stack([mean, std, low.to(mean.dtype), high.to(mean.dtype)]).tolist()
-    precision = PRINT_OPTS.precision
-    extra = suffixes(mean)
-    indent = len(_PREFIX)
-    return {
-        name: add_suffixes(_PREFIX + scalar_text(value, precision), extra, indent)
-        for name, value in zip(("mean", "std", "min", "max"), values)
-    }
+    return [mean, std, low, high]
 
 
-def tensor_text(tensor: torch.Tensor) -> str | None:
-    """``str(tensor)`` as torch prints it with the current print options, or None."""
-    if not fast_printable(tensor) or tensor.numel() == 0:
-        return None
-    summarize = tensor.numel() > PRINT_OPTS.threshold
-    edge = PRINT_OPTS.edgeitems
+def gather(tensor: torch.Tensor, options: Options) -> tuple[torch.Tensor, Layout]:
+    """A flat copy (on the tensor's device) of the elements torch shows, and how to lay them out."""
+    summarize = tensor.numel() > options.threshold
+    edge = options.edgeitems
     shown = tensor
     if summarize:
         for dim, size in enumerate(tensor.shape):
             if size > 2 * edge:
-                shown = shown.index_select(dim, _edge_index(size, edge, tensor.device))
-    data = shown.reshape(-1).tolist()
-    items, width = _format_items(data, tensor.dtype in _FLOATS)
-    indent = len(_PREFIX)
-    if tensor.dim() == 0:
-        body = items[0]
+                if tensor.dtype in _UINTS:  # no index_select for these
+                    shown = torch.cat([shown.narrow(dim, 0, edge), shown.narrow(dim, size - edge, edge)], dim)
+                else:
+                    shown = shown.index_select(dim, _edge_index(size, edge, tensor.device))
+    if shown is tensor:  # a copy: the recorded tensor may change after this
+        flat = tensor.clone(memory_format=torch.contiguous_format).view(-1)
     else:
-        body = _layout(items, 0, len(items), tuple(shown.shape), tuple(tensor.shape), indent, summarize, width)
-    return add_suffixes(_PREFIX + body, suffixes(tensor), indent)
+        flat = shown.reshape(-1)
+    layout = Layout(tensor.dtype in _FLOATS, tuple(tensor.shape), tuple(shown.shape), summarize,
+                    suffixes(tensor), options)
+    return flat, layout
 
 
 _EDGE_INDEX: dict[tuple[int, int, torch.device], torch.Tensor] = {}
@@ -141,39 +167,82 @@ def _edge_index(size: int, edge: int, device: torch.device) -> torch.Tensor:
     return index
 
 
-def _format_items(data: list, floating: bool) -> tuple[list[str], int]:
+# -- on the host ---------------------------------------------------------------
+def format_stats(values: list[float], suffix: tuple[str, ...], options: Options) -> dict[str, str]:
+    """``repr()`` of the 0-dim mean, std, min and max, from their values."""
+    precision = options.precision
+    return {
+        name: add_suffixes(_PREFIX + scalar_text(value, precision), suffix, _INDENT, options.linewidth)
+        for name, value in zip(STAT_NAMES, values)
+    }
+
+
+def format_text(values: list, layout: Layout) -> str:
+    """``str(tensor)`` from the gathered values, as torch prints it."""
+    items, width = _format_items(values, layout.floating, layout.options.precision)
+    if not layout.shape:
+        body = items[0]
+    else:
+        body = _layout(items, 0, len(items), layout.shown, layout.shape, _INDENT, layout.summarize, width,
+                       layout.options)
+    return add_suffixes(_PREFIX + body, layout.suffix, _INDENT, layout.options.linewidth)
+
+
+def _format_items(data: list, floating: bool, precision: int) -> tuple[list[str], int]:
     """Each value as torch formats it, padded to the common width (torch's ``_Formatter``)."""
     if not floating:
-        texts = [f"{v}" for v in data]
+        texts = list(map(str, data))
         width = max(map(len, texts))
         return [t.rjust(width) for t in texts], width
-    precision = PRINT_OPTS.precision
-    texts = [f"{v:.{precision}e}" for v in data]
-    finite = [len(t) for t, v in zip(texts, data) if v != 0.0 and math.isfinite(v)]
-    if not finite:  # no finite non-zero value: torch's integer mode, width 1
-        return [f"{v:.0f}." if math.isfinite(v) else f"{v:.0f}" for v in data], 1
-    width = max(finite)
+    texts = list(map(f"{{:.{precision}e}}".format, data))
+    if min(map(len, texts)) > 4 and 0.0 not in data:  # all finite (nan, inf, -inf are shorter) and non-zero
+        width = max(map(len, texts))
+    else:
+        finite = [len(t) for t, v in zip(texts, data) if v != 0.0 and math.isfinite(v)]
+        if not finite:  # no finite non-zero value: torch's integer mode, width 1
+            return [f"{v:.0f}." if math.isfinite(v) else f"{v:.0f}" for v in data], 1
+        width = max(finite)
     return [t.rjust(width) for t in texts], width
 
 
 def _layout(
-    items: list[str], start: int, stop: int, shown: tuple, shape: tuple, indent: int, summarize: bool, width: int
+    items: list[str], start: int, stop: int, shown: tuple, shape: tuple, indent: int, summarize: bool, width: int,
+    options: Options,
 ) -> str:
     """torch's ``_tensor_str_with_formatter`` over ``items[start:stop]`` (the shown values, flat)."""
-    edge = PRINT_OPTS.edgeitems
+    edge = options.edgeitems
     cut = summarize and shape[0] > 2 * edge
     if len(shape) == 1:
         row = items[start:stop]
         if cut:
             row = row[:edge] + [" ..."] + row[edge:]
-        per_line = max(1, math.floor((PRINT_OPTS.linewidth - indent) / (width + 2)))
+        per_line = max(1, math.floor((options.linewidth - indent) / (width + 2)))
+        if len(row) <= per_line:
+            return "[" + ", ".join(row) + "]"
         lines = [", ".join(row[i : i + per_line]) for i in range(0, len(row), per_line)]
         return "[" + (",\n" + " " * (indent + 1)).join(lines) + "]"
     step = (stop - start) // shown[0]
     rows = [
-        _layout(items, at, at + step, shown[1:], shape[1:], indent + 1, summarize, width)
+        _layout(items, at, at + step, shown[1:], shape[1:], indent + 1, summarize, width, options)
         for at in range(start, stop, step)
     ]
     if cut:
         rows = rows[:edge] + ["..."] + rows[edge:]
     return "[" + ("," + "\n" * (len(shape) - 1) + " " * (indent + 1)).join(rows) + "]"
+
+
+# -- both halves at once, for one tensor -----------------------------------------
+def stat_reprs(tensor: torch.Tensor) -> dict[str, str] | None:
+    """``repr()`` of mean, std, min and max of ``tensor`` (one transfer), or None when not fast printable."""
+    if not fast_printable(tensor) or tensor.dtype not in _FLOATS or tensor.numel() == 0:
+        return None
+    values = transfer.values(torch.stack(stat_pieces(tensor)))
+    return format_stats(values, suffixes(tensor), current_options())
+
+
+def tensor_text(tensor: torch.Tensor) -> str | None:
+    """``str(tensor)`` as torch prints it with the current print options (one transfer), or None."""
+    if not fast_printable(tensor) or tensor.numel() == 0:
+        return None
+    flat, layout = gather(tensor, current_options())
+    return format_text(transfer.values(flat), layout)

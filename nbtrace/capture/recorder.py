@@ -20,10 +20,11 @@ from ..core.sidecar import sidecar_path
 from ..core.trace import Trace
 from .prune import prune_intermediate_layers, prune_outputs_of_parents
 from .serialize import Serializer, sanitize
-from .speculate import Frame, Speculation, numbered_containers
+from .speculate import Frame, Site, Speculation, numbered_containers
 from .write import TensorStore, tree_refs, write_sidecar, write_trace_files
 
 _MAX_ERROR_MESSAGE = 2000
+_set_grad_enabled = torch._C._set_grad_enabled
 
 
 def is_rank_zero() -> bool:
@@ -61,6 +62,8 @@ class Recorder:
         self._run: _ForwardRun | None = None
         self._previous_store: TensorStore | None = None
         self._containers = numbered_containers(model, self.class_name)
+        self._site = Site(self.class_name, True)  # the model re-entering its own forward
+        self._top_site = Site(f"{self.class_name} (top-level)", True)
 
     @property
     def traces(self) -> list[Trace]:
@@ -79,27 +82,33 @@ class Recorder:
         return f"<Recorder {self.class_name}: {len(self._recorded)} forward(s) recorded>"
 
     # -- one module call -----------------------------------------------------
-    def call_module(
-        self, path: str, has_children: bool, forward: Callable, args: tuple, kwargs: dict[str, Any]
-    ) -> Any:
+    def call_module(self, site: Site, forward: Callable, args: tuple, kwargs: dict[str, Any]) -> Any:
         __tracebackhide__ = True
         run = self._run
         if run is None:  # called outside the traced model's forward: not recorded
             with torch.no_grad():
                 return forward(*args, **kwargs)
+        path = site.path
         count = run.calls[path] = run.calls.get(path, 0) + 1
         # Later calls get "@n": a first call's file name (transformers' name) never contains it.
         base = path if count == 1 else f"{path}@{count}"
-        inputs = {key: part for key, part in (("args", args), ("kwargs", kwargs)) if len(part) > 0}
-        node = run.open(path, inputs, f"{base}_inputs")
+        if kwargs:
+            inputs = {"args": args, "kwargs": kwargs} if args else {"kwargs": kwargs}
+        else:
+            inputs = {"args": args} if args else {}
+        node = run.open(site, inputs, f"{base}_inputs")
+        grad = torch.is_grad_enabled()
+        _set_grad_enabled(False)  # torch.no_grad(), without the cost of a context manager per call
         try:
-            with torch.no_grad():
+            try:
                 out = forward(*args, **kwargs)
+            finally:
+                _set_grad_enabled(grad)
         except BaseException as exc:
             run.close(node, error=exc)
             raise
         try:
-            if not has_children:
+            if not site.has_children:
                 run.record(node, "outputs", out, f"{base}_outputs")
         finally:
             run.close(node)
@@ -109,13 +118,13 @@ class Recorder:
     def call_top(self, forward: Callable, args: tuple, kwargs: dict[str, Any]) -> Any:
         __tracebackhide__ = True
         if self._run is not None:  # the model re-entered its own forward: record it as a call
-            return self.call_module(self.class_name, True, forward, args, kwargs)
+            return self.call_module(self._site, forward, args, kwargs)
         self._begin_forward()
         run = self._run
         assert run is not None
         name = self.class_name
         try:
-            node = run.open(f"{name} (top-level)", {"args": args, "kwargs": kwargs}, f"{name}_inputs")
+            node = run.open(self._top_site, {"args": args, "kwargs": kwargs}, f"{name}_inputs")
             try:
                 out = forward(*args, **kwargs)
             except BaseException as exc:
@@ -160,7 +169,8 @@ class Recorder:
         removed = prune_intermediate_layers(root) if self.do_prune_layers else []
         prune_outputs_of_parents(root)
         try:
-            if removed:
+            run.serialize.finish()  # the forward's one transfer: every record gets its lines and stats
+            if removed and not self.use_repr:
                 run.store.discard(tree_refs(removed))
             full, _ = write_trace_files(root, run.store.folder, self.class_name)
             write_sidecar(run.store.folder, self.class_name, run.sidecar)
@@ -234,14 +244,15 @@ class _ForwardRun:
         else:
             node[key] = self.serialize(value, name)
 
-    def open(self, path: str, inputs: Any, name: str) -> dict[str, Any]:
-        node: dict[str, Any] = {"module_path": path, "inputs": None, "outputs": None, "children": []}
-        parent = self.frames[-1] if self.frames else None
-        self.speculation.begin(node, parent)
+    def open(self, site: Site, inputs: Any, name: str) -> dict[str, Any]:
+        node: dict[str, Any] = {"module_path": site.path, "inputs": None, "outputs": None, "children": []}
+        frames = self.frames
+        parent = frames[-1] if frames else None
+        self.speculation.begin(node, parent, site)
         self.record(node, "inputs", inputs, name)
-        frame = Frame(node)
-        self.frames.append(frame)
-        self.speculation.opened(frame, parent, self.frames[-3] if len(self.frames) > 2 else None)
+        frame = Frame(node, site)
+        frames.append(frame)
+        self.speculation.opened(frame, parent, frames[-3] if len(frames) > 2 else None)
         self.started[id(node)] = time.perf_counter()
         return node
 
