@@ -130,41 +130,46 @@ def stat_pieces(tensor: torch.Tensor) -> list[torch.Tensor]:
     return [mean, std, low, high]
 
 
-def gather(tensor: torch.Tensor, options: Options) -> tuple[torch.Tensor, Layout]:
-    """A flat copy (on the tensor's device) of the elements torch shows, and how to lay them out."""
+def gather(tensor: torch.Tensor, options: Options, suffix: tuple[str, ...]) -> tuple[torch.Tensor, Layout]:
+    """A flat copy (on the tensor's device) of the elements torch shows, and how to lay them out.
+
+    ``suffix``: ``suffixes(tensor)``.
+    """
+    shape = tuple(tensor.shape)
     summarize = tensor.numel() > options.threshold
-    edge = options.edgeitems
-    shown = tensor
-    if summarize:
-        for dim, size in enumerate(tensor.shape):
+    if not summarize:  # every element; a copy: the recorded tensor may change after this
+        flat, shown = tensor.clone(memory_format=torch.contiguous_format).view(-1), shape
+    elif tensor.dtype in _UINTS:  # no take or index_select for these
+        edge = options.edgeitems
+        kept = tensor
+        for dim, size in enumerate(shape):
             if size > 2 * edge:
-                if tensor.dtype in _UINTS:  # no index_select for these
-                    shown = torch.cat([shown.narrow(dim, 0, edge), shown.narrow(dim, size - edge, edge)], dim)
-                else:
-                    shown = shown.index_select(dim, _edge_index(size, edge, tensor.device))
-    if shown is tensor:  # a copy: the recorded tensor may change after this
-        flat = tensor.clone(memory_format=torch.contiguous_format).view(-1)
+                kept = torch.cat([kept.narrow(dim, 0, edge), kept.narrow(dim, size - edge, edge)], dim)
+        flat, shown = kept.reshape(-1).clone(), tuple(kept.shape)
     else:
-        flat = shown.reshape(-1)
-    layout = Layout(tensor.dtype in _FLOATS, tuple(tensor.shape), tuple(shown.shape), summarize,
-                    suffixes(tensor), options)
-    return flat, layout
+        index, shown = _edge_index(shape, options.edgeitems, tensor.device)
+        flat = torch.take(tensor, index)  # one op: the shown elements, in order, as a new tensor
+    return flat, Layout(tensor.dtype in _FLOATS, shape, shown, summarize, suffix, options)
 
 
-_EDGE_INDEX: dict[tuple[int, int, torch.device], torch.Tensor] = {}
+_EDGE_INDEX: dict[tuple, tuple[torch.Tensor, tuple[int, ...]]] = {}
 
 
-def _edge_index(size: int, edge: int, device: torch.device) -> torch.Tensor:
-    """The indices of the first and last ``edge`` items of a dimension of ``size``."""
-    key = (size, edge, device)
-    index = _EDGE_INDEX.get(key)
-    if index is None:
+def _edge_index(shape: tuple[int, ...], edge: int, device: torch.device) -> tuple[torch.Tensor, tuple[int, ...]]:
+    """Flat (row-major) positions of the elements a summarized tensor of ``shape`` shows, and their shape."""
+    key = (shape, edge, device)
+    found = _EDGE_INDEX.get(key)
+    if found is None:
         if len(_EDGE_INDEX) > 512:
             _EDGE_INDEX.clear()
-        index = _EDGE_INDEX[key] = torch.tensor(
-            list(range(edge)) + list(range(size - edge, size)), device=device
-        )
-    return index
+        flat = torch.zeros(1, dtype=torch.int64)
+        shown = []
+        for size in shape:
+            kept = list(range(edge)) + list(range(size - edge, size)) if size > 2 * edge else list(range(size))
+            flat = (flat[:, None] * size + torch.tensor(kept, dtype=torch.int64)[None, :]).reshape(-1)
+            shown.append(len(kept))
+        found = _EDGE_INDEX[key] = (flat.to(device), tuple(shown))
+    return found
 
 
 # -- on the host ---------------------------------------------------------------
@@ -180,6 +185,24 @@ def format_stats(values: list[float], suffix: tuple[str, ...], options: Options)
 def format_text(values: list, layout: Layout) -> str:
     """``str(tensor)`` from the gathered values, as torch prints it."""
     items, width = _format_items(values, layout.floating, layout.options.precision)
+    if layout.floating and width == 1:  # torch's integer mode: items of different widths
+        return _text(items, layout, width)
+    # Every item is ``width`` wide: the text around them depends on the layout and the width only.
+    key = (layout, width)
+    template = _TEMPLATES.get(key)
+    if template is None:
+        if len(_TEMPLATES) > 1024:
+            _TEMPLATES.clear()
+        slot = "\0" * width
+        text = _text([slot] * len(items), layout, width)
+        template = _TEMPLATES[key] = text.replace("%", "%%").replace(slot, "%s")
+    return template % tuple(items)
+
+
+_TEMPLATES: dict[tuple[Layout, int], str] = {}
+
+
+def _text(items: list[str], layout: Layout, width: int) -> str:
     if not layout.shape:
         body = items[0]
     else:
@@ -194,14 +217,20 @@ def _format_items(data: list, floating: bool, precision: int) -> tuple[list[str]
         texts = list(map(str, data))
         width = max(map(len, texts))
         return [t.rjust(width) for t in texts], width
-    texts = list(map(f"{{:.{precision}e}}".format, data))
-    if min(map(len, texts)) > 4 and 0.0 not in data:  # all finite (nan, inf, -inf are shorter) and non-zero
-        width = max(map(len, texts))
-    else:
-        finite = [len(t) for t, v in zip(texts, data) if v != 0.0 and math.isfinite(v)]
-        if not finite:  # no finite non-zero value: torch's integer mode, width 1
-            return [f"{v:.0f}." if math.isfinite(v) else f"{v:.0f}" for v in data], 1
-        width = max(finite)
+    # The common case: every value finite, non-zero, with exponents of one width. A space for the sign
+    # then pads each text to the common width already (nan, inf and -inf are shorter; 0.0 == -0.0).
+    signed = list(map(f"% .{precision}e".__mod__, data))  # printf-style: the same text as format(), faster
+    lengths = set(map(len, signed))
+    if len(lengths) == 1 and 0.0 not in data and min(lengths) > 4:
+        width = len(signed[0])
+        if min(data) < 0:
+            return signed, width
+        return [t[1:] for t in signed], width - 1
+    texts = list(map(f"%.{precision}e".__mod__, data))
+    finite = [len(t) for t, v in zip(texts, data) if v != 0.0 and math.isfinite(v)]
+    if not finite:  # no finite non-zero value: torch's integer mode, width 1
+        return [f"{v:.0f}." if math.isfinite(v) else f"{v:.0f}" for v in data], 1
+    width = max(finite)
     return [t.rjust(width) for t in texts], width
 
 
@@ -244,5 +273,5 @@ def tensor_text(tensor: torch.Tensor) -> str | None:
     """``str(tensor)`` as torch prints it with the current print options (one transfer), or None."""
     if not fast_printable(tensor) or tensor.numel() == 0:
         return None
-    flat, layout = gather(tensor, current_options())
+    flat, layout = gather(tensor, current_options(), suffixes(tensor))
     return format_text(transfer.values(flat), layout)

@@ -84,15 +84,19 @@ class Serializer:
 
     def __call__(self, value: Any, name: str) -> Any:
         """The JSON structure for ``value``; ``name`` is the base name of its files."""
-        with format_print_options(self.use_repr):
+        saved = (PRINT_OPTS.sci_mode, PRINT_OPTS.linewidth)  # format_print_options, inlined: called per record
+        PRINT_OPTS.sci_mode = True
+        if self.use_repr:
+            PRINT_OPTS.linewidth = 120
+        try:
             self._options = current_options()
-            try:
-                out = self._value(value, name)
-                if self._saves:
-                    self._save_all(self._saves)
-            finally:
-                self._saves = []
+            out = self._value(value, None if self.use_repr else name)  # names only name files
+            if self._saves:
+                self._save_all(self._saves)
             return out
+        finally:
+            self._saves = []
+            PRINT_OPTS.sci_mode, PRINT_OPTS.linewidth = saved
 
     def finish(self) -> None:
         """Move every pending summary to the host (one transfer per device) and complete the records."""
@@ -103,11 +107,20 @@ class Serializer:
         for seen in waiting:
             seen.fill(self._texts)
 
-    def _value(self, value: Any, name: str) -> Any:
-        if isinstance(value, (list, tuple)):
+    def _value(self, value: Any, name: str | None) -> Any:
+        kind = type(value)
+        if kind is torch.Tensor:
+            return self.tensor(value, name)
+        if kind is tuple or kind is list or isinstance(value, (list, tuple)):
+            if name is None:
+                return [self._value(item, None) for item in value]
             return [self._value(item, f"{name}_{i}") for i, item in enumerate(value)]
-        if isinstance(value, dict):
+        if kind is dict or isinstance(value, dict):
+            if name is None:
+                return {_json_key(key): self._value(item, None) for key, item in value.items()}
             return {_json_key(key): self._value(item, f"{name}_{key}") for key, item in value.items()}
+        if value is None or kind is bool or kind is int or kind is float:
+            return repr(value)
         local = local_tensor(value)
         if local is not None:
             return self.tensor(local, name)
@@ -115,7 +128,7 @@ class Serializer:
             return self.tensor(value, name)
         return _safe_repr(value)
 
-    def tensor(self, tensor: torch.Tensor, name: str) -> dict[str, Any]:
+    def tensor(self, tensor: torch.Tensor, name: str | None) -> dict[str, Any]:
         """The record of one tensor. Never raises for odd tensors: it degrades instead.
 
         A tensor seen earlier in this forward reuses its printed lines and stats,
@@ -145,15 +158,16 @@ class Serializer:
         fast = fast_printable(tensor)
         seen = _Seen(repr(tensor.shape), repr(tensor.dtype))
         numel = tensor.numel()
+        suffix = suffixes(tensor) if fast else ()
         if tensor.dtype in STAT_DTYPES and numel > 0:
             if fast:
                 seen.stat_slot = self._batch.add_scalars(stat_pieces(tensor))
-                seen.stat_format = (suffixes(tensor), self._options)
+                seen.stat_format = (suffix, self._options)
             else:
                 seen.stats = _slow_stats(tensor)
         if self.use_repr or tensor.is_meta:
             if fast and numel > 0:
-                flat, seen.layout = gather(tensor, self._options)
+                flat, seen.layout = gather(tensor, self._options, suffix)
                 seen.text_slot = self._batch.add(flat)
             else:
                 seen.lines = self._lines(tensor)

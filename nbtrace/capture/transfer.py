@@ -168,11 +168,17 @@ class HostBatch:
 
     def add_scalars(self, pieces: Sequence[torch.Tensor]) -> Slot:
         """Add 0-dim tensors of one dtype and device, as one slot of ``len(pieces)`` values."""
-        first = self.add(pieces[0])
-        for piece in pieces[1:]:
-            self.add(piece)
-        first.length = len(pieces)
-        return first
+        first = pieces[0]
+        key = (first.dtype, first.device, True)
+        group = self._groups.get(key)
+        if group is None:
+            group = self._groups[key] = _Group(first.dtype, first.device, True)
+        start = group.length
+        group.pending.extend(pieces)
+        group.length += len(pieces)
+        if len(group.pending) >= _COMPACT_AT:
+            group.compact()
+        return Slot(group, start, len(pieces))
 
     def fetch(self) -> None:
         """Move every piece to the host: one transfer per device. The batch can be filled again after."""

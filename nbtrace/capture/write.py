@@ -133,13 +133,14 @@ _escape = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
 class _Writer:
     """The parts of one indented JSON text, and where tensor records' values lie among them."""
 
-    __slots__ = ("parts", "cuts", "first_value", "_lines")
+    __slots__ = ("parts", "cuts", "first_value", "_lines", "_keys")
 
     def __init__(self) -> None:
         self.parts: list[str] = []
         self.cuts: list[tuple[int, int]] = []  # [start, stop) of each record's ``,\n  "value": …`` parts
         self.first_value = False
         self._lines: dict[tuple[int, str], str] = {}  # a list of lines shared by records: escaped once
+        self._keys: dict[str, str] = {}  # '"key": ' of each string key met
 
     def encode(self, value: Any, newline: str) -> None:
         parts = self.parts
@@ -152,19 +153,25 @@ class _Writer:
                 return
             inner = newline + "  "
             record = is_tensor_record(value)
+            keys = self._keys
             separator = "{" + inner
             for key, item in value.items():
                 start = len(parts)
-                parts.append(separator)
-                parts.append((_escape(key) if type(key) is str else _key(key)) + ": ")
-                if type(item) is str:
-                    parts.append(_escape(item))
-                elif item is None:
-                    parts.append("null")
+                if type(key) is str:
+                    name = keys.get(key)
+                    if name is None:
+                        name = keys[key] = _escape(key) + ": "
                 else:
+                    name = (_escape(key) if isinstance(key, str) else _key(key)) + ": "
+                if type(item) is str:
+                    parts.append(separator + name + _escape(item))
+                elif item is None:
+                    parts.append(separator + name + "null")
+                else:
+                    parts.append(separator + name)
                     self.encode(item, inner)
                 if record and key == "value":
-                    if start == 0 or separator[0] == "{":
+                    if separator[0] == "{":
                         self.first_value = True
                     self.cuts.append((start, len(parts)))
                 separator = "," + inner
