@@ -20,6 +20,7 @@ All cases: 128 tokens, ``debug_path`` set, CPU.
 
     python benchmarks/bench_trace.py                 # every case, 7 rounds
     python benchmarks/bench_trace.py --rounds 3 --cases notebook
+    python benchmarks/bench_trace.py --threads 1 --clock cpu   # steadier on a shared machine
 
 The last table printed ("summary") has one row per case and a fixed set of
 columns, for tools that read the numbers back.
@@ -161,8 +162,16 @@ def safetensors_alone(case: Case, model, inputs, scratch: Path, prune: bool) -> 
     return go
 
 
-def measure(name: str, rounds: int, scratch: Path) -> dict[str, float]:
-    """Median seconds of each variant of case ``name`` over ``rounds`` interleaved rounds."""
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+
+
+def measure(name: str, rounds: int, scratch: Path, clock: str = "wall") -> dict[str, float]:
+    """Median seconds of each variant of case ``name`` over ``rounds`` interleaved rounds.
+
+    ``clock``: ``wall`` (elapsed time), or ``cpu`` (the CPU time of this process: steadier on a
+    shared machine; with several torch threads it also counts their spinning).
+    """
+    now = CLOCKS[clock]
     case = CASES[name]
     model, inputs = build(name)
     runs = variants(case, model, inputs, scratch)
@@ -177,9 +186,9 @@ def measure(name: str, rounds: int, scratch: Path) -> dict[str, float]:
         rng.shuffle(order)
         for label in order:
             gc.collect()
-            start = time.perf_counter()
+            start = now()
             runs[label]()
-            times[label].append(time.perf_counter() - start)
+            times[label].append(now() - start)
     return {label: statistics.median(values) for label, values in times.items()}
 
 
@@ -210,10 +219,10 @@ def report(name: str, medians: dict[str, float]) -> str:
     return "\n".join(lines)
 
 
-def summary(results: dict[str, dict[str, float]], rounds: int) -> str:
+def summary(results: dict[str, dict[str, float]], rounds: int, clock: str = "wall") -> str:
     """One row per case: the plain forward (and its grad mode) and each variant's ratio to it."""
     lines = [
-        f"### summary: × plain, medians of {rounds} interleaved rounds",
+        f"### summary: × plain, medians of {rounds} interleaved rounds, {clock} clock",
         "",
         "| case | plain runs under | plain ms | " + " | ".join(SUMMARY_VARIANTS) + " |",
         "|---|---|---:|" + "---:|" * len(SUMMARY_VARIANTS),
@@ -231,18 +240,22 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--cases", "--models", nargs="+", default=list(CASES), choices=list(CASES))
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    parser.add_argument("--clock", choices=list(CLOCKS), default="wall", help="what a run's time is (default: wall)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} cpus, {args.rounds} rounds")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} cpus, "
+        f"{args.rounds} rounds, {args.clock} clock"
+    )
     results = {}
     with tempfile.TemporaryDirectory() as scratch:
         for name in args.cases:
-            results[name] = measure(name, args.rounds, Path(scratch))
+            results[name] = measure(name, args.rounds, Path(scratch), args.clock)
             print()
             print(report(name, results[name]))
     print()
-    print(summary(results, args.rounds))
+    print(summary(results, args.rounds, args.clock))
 
 
 if __name__ == "__main__":

@@ -150,3 +150,15 @@ def test_tensors_of_mixed_sizes_move_in_one_transfer_and_come_back_equal(reads, 
     assert transfers(reads) == 1
     for tensor, host in zip(tensors, hosts):
         assert host.dtype == tensor.dtype and host.shape == tensor.shape and torch.equal(host, tensor)
+
+
+def test_many_pieces_are_joined_on_the_device_and_still_come_back_in_order(reads, on_device):
+    gen = torch.Generator().manual_seed(0)
+    scalars = [torch.randn((), generator=gen) for _ in range(1000)]
+    flats = [torch.randn(int(n), generator=gen) for n in torch.randint(1, 40, (600,), generator=gen)]
+    batch = transfer.HostBatch()
+    slots = [batch.add_scalars(scalars[i : i + 4]) for i in range(0, 1000, 4)] + [batch.add(f) for f in flats]
+    batch.fetch()
+    assert transfers(reads) == 1
+    want = [[t.item() for t in scalars[i : i + 4]] for i in range(0, 1000, 4)] + [f.tolist() for f in flats]
+    assert [slot.values() for slot in slots] == want

@@ -66,10 +66,9 @@ def fast_printable(tensor: torch.Tensor) -> bool:
         and not tensor.requires_grad
         and tensor.layout == torch.strided
         and (tensor.dtype in _FLOATS or tensor.dtype in _PLAIN)
-        and not tensor.is_meta
+        and (tensor.is_cpu or tensor.is_cuda)  # not meta, not another backend
         and not tensor.is_quantized
         and not tensor.is_nested
-        and tensor.device.type in ("cpu", "cuda")
         and PRINT_OPTS.edgeitems > 0
         and PRINT_OPTS.sci_mode is True
         and not torch._C._functorch.is_functorch_wrapped_tensor(tensor)
@@ -80,15 +79,21 @@ def fast_printable(tensor: torch.Tensor) -> bool:
 def suffixes(tensor: torch.Tensor) -> tuple[str, ...]:
     """The ``device=…`` / ``dtype=…`` suffixes torch prints after a non-empty tensor."""
     out = []
-    device = tensor.device
-    if device.type != torch._C._get_default_device() or (
-        device.type == "cuda" and torch.cuda.current_device() != device.index
-    ):
-        out.append(f"device='{device}'")
-    default = torch.get_default_dtype()
-    complex_default = torch.cdouble if default == torch.double else torch.cfloat
-    if tensor.dtype not in (default, complex_default, torch.int64, torch.bool):
-        out.append(f"dtype={tensor.dtype}")
+    if tensor.is_cpu:
+        if torch._C._get_default_device() != "cpu":
+            out.append("device='cpu'")
+    else:
+        device = tensor.device
+        if device.type != torch._C._get_default_device() or (
+            device.type == "cuda" and torch.cuda.current_device() != device.index
+        ):
+            out.append(f"device='{device}'")
+    dtype = tensor.dtype
+    if dtype is not torch.float32 or torch.get_default_dtype() is not torch.float32:
+        default = torch.get_default_dtype()
+        complex_default = torch.cdouble if default == torch.double else torch.cfloat
+        if dtype not in (default, complex_default, torch.int64, torch.bool):
+            out.append(f"dtype={dtype}")
     return tuple(out)
 
 
@@ -162,13 +167,12 @@ def _edge_index(shape: tuple[int, ...], edge: int, device: torch.device) -> tupl
     if found is None:
         if len(_EDGE_INDEX) > 512:
             _EDGE_INDEX.clear()
-        flat = torch.zeros(1, dtype=torch.int64)
-        shown = []
+        flat, shown = [0], []
         for size in shape:
             kept = list(range(edge)) + list(range(size - edge, size)) if size > 2 * edge else list(range(size))
-            flat = (flat[:, None] * size + torch.tensor(kept, dtype=torch.int64)[None, :]).reshape(-1)
+            flat = [position * size + k for position in flat for k in kept]
             shown.append(len(kept))
-        found = _EDGE_INDEX[key] = (flat.to(device), tuple(shown))
+        found = _EDGE_INDEX[key] = (torch.tensor(flat, dtype=torch.int64, device=device), tuple(shown))
     return found
 
 
@@ -185,7 +189,7 @@ def format_stats(values: list[float], suffix: tuple[str, ...], options: Options)
 def format_text(values: list, layout: Layout) -> str:
     """``str(tensor)`` from the gathered values, as torch prints it."""
     items, width = _format_items(values, layout.floating, layout.options.precision)
-    if layout.floating and width == 1:  # torch's integer mode: items of different widths
+    if max(map(len, items)) != width:  # e.g. torch's integer mode, or -0. wider than every other value
         return _text(items, layout, width)
     # Every item is ``width`` wide: the text around them depends on the layout and the width only.
     key = (layout, width)

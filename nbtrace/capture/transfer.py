@@ -28,7 +28,7 @@ _BITS_64 = frozenset({torch.float64, torch.int64} | ({_UINT64} if _UINT64 is not
 
 def host_readable(tensor: torch.Tensor) -> bool:
     """True when ``tensor``'s values can be read with no device-to-host transfer (it lives in host memory)."""
-    return tensor.device.type == "cpu"
+    return tensor.is_cpu
 
 
 def to_host(tensor: torch.Tensor) -> torch.Tensor:

@@ -142,6 +142,15 @@ class _Writer:
         self._lines: dict[tuple[int, str], str] = {}  # a list of lines shared by records: escaped once
         self._keys: dict[str, str] = {}  # '"key": ' of each string key met
 
+    def _strings(self, value: list[str], newline: str) -> str:
+        """A non-empty list of strings; the same list (lines shared by records) is escaped once per indent."""
+        key = (id(value), newline)
+        text = self._lines.get(key)
+        if text is None:
+            inner = newline + "  "
+            text = self._lines[key] = "[" + inner + ("," + inner).join(map(_escape, value)) + newline + "]"
+        return text
+
     def encode(self, value: Any, newline: str) -> None:
         parts = self.parts
         kind = type(value)
@@ -163,10 +172,13 @@ class _Writer:
                         name = keys[key] = _escape(key) + ": "
                 else:
                     name = (_escape(key) if isinstance(key, str) else _key(key)) + ": "
-                if type(item) is str:
+                kind = type(item)
+                if kind is str:
                     parts.append(separator + name + _escape(item))
                 elif item is None:
                     parts.append(separator + name + "null")
+                elif kind is list and item and type(item[0]) is str and _all_str(item):  # printed lines
+                    parts.append(separator + name + self._strings(item, inner))
                 else:
                     parts.append(separator + name)
                     self.encode(item, inner)
@@ -180,14 +192,10 @@ class _Writer:
             if not value:
                 parts.append("[]")
                 return
-            inner = newline + "  "
-            if all(type(item) is str for item in value):
-                key = (id(value), inner)
-                text = self._lines.get(key)
-                if text is None:
-                    text = self._lines[key] = "[" + inner + ("," + inner).join(map(_escape, value)) + newline + "]"
-                parts.append(text)
+            if _all_str(value):
+                parts.append(self._strings(value, newline))
                 return
+            inner = newline + "  "
             separator = "[" + inner
             for item in value:
                 parts.append(separator)
@@ -200,6 +208,10 @@ class _Writer:
             parts.append("null")
         else:  # numbers, booleans: exactly as json writes them
             parts.append(json.dumps(value))
+
+
+def _all_str(items: list | tuple) -> bool:
+    return set(map(type, items)) == {str}
 
 
 def _key(key: Any) -> str:
