@@ -132,7 +132,9 @@ class Recorder:
                 self._end_forward(run, node, failed=True)
                 raise
             try:
-                run.record(node, "outputs", out, f"{name}_outputs")
+                # The format drops the outputs of a call with children; only their files stay (safetensors).
+                if not self.use_repr or not node["children"]:
+                    run.record(node, "outputs", out, f"{name}_outputs")
             finally:
                 run.close(node)
             self._end_forward(run, node, failed=False)
@@ -230,7 +232,6 @@ class _ForwardRun:
         self.store = store
         self.frames: list[Frame] = []
         self.calls: dict[str, int] = {}
-        self.started: dict[int, float] = {}
         self.durations: dict[int, float | None] = {}
         self.speculation = Speculation(containers, serialize)
         #: sections of nbtrace's sidecar file that features fill during the forward (see core/sidecar.py)
@@ -253,11 +254,11 @@ class _ForwardRun:
         frame = Frame(node, site)
         frames.append(frame)
         self.speculation.opened(frame, parent, frames[-3] if len(frames) > 2 else None)
-        self.started[id(node)] = time.perf_counter()
+        frame.started = time.perf_counter()
         return node
 
     def close(self, node: dict[str, Any], error: BaseException | None = None) -> None:
-        self.durations[id(node)] = time.perf_counter() - self.started.pop(id(node), time.perf_counter())
+        now = time.perf_counter()
         # Pop down to this node: a call that never closed (it cannot happen, but a
         # corrupted stack must not misplace every later call) is closed with it.
         frame = None
@@ -265,6 +266,7 @@ class _ForwardRun:
             frame = self.frames.pop()
             if frame.node is node:
                 break
+        self.durations[id(node)] = now - frame.started if frame is not None and frame.node is node else 0.0
         children = node.pop("children")
         if error is not None:
             node["error"] = error_record(error)

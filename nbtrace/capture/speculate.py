@@ -77,10 +77,11 @@ class Site:
 class Frame:
     """One open call: its JSON node plus what the speculation tracks about it."""
 
-    __slots__ = ("node", "split", "marker", "progress", "held")
+    __slots__ = ("node", "split", "marker", "progress", "held", "started")
 
     def __init__(self, node: dict[str, Any], site: Site) -> None:
         self.node = node
+        self.started = 0.0  # time.perf_counter() when the call began
         self.split = site.split
         self.marker = site.marker
         self.progress: dict[str, int] = {}  # container -> last block index of an unbroken 0, 1, 2 … run
@@ -182,15 +183,17 @@ class Speculation:
 
 def _tensors(value: Any, out: list[torch.Tensor]) -> None:
     """Append every tensor in ``value`` (nested lists, tuples, dicts; DTensor shards) to ``out``."""
-    if isinstance(value, torch.Tensor):
-        out.append(value)
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            _tensors(item, out)
-    elif isinstance(value, dict):
-        for item in value.values():
-            _tensors(item, out)
-    elif value is not None and not isinstance(value, (str, int, float, bool)):
-        local = local_tensor(value)
-        if local is not None:
-            out.append(local)
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is torch.Tensor or isinstance(item, torch.Tensor):
+            out.append(item)
+        elif kind is tuple or kind is list or isinstance(item, (list, tuple)):
+            stack.extend(reversed(item))
+        elif kind is dict or isinstance(item, dict):
+            stack.extend(reversed(item.values()))
+        elif item is not None and kind not in (str, int, float, bool):
+            local = local_tensor(item)
+            if local is not None:
+                out.append(local)
