@@ -25,7 +25,6 @@ from torch._tensor_str import PRINT_OPTS
 
 from . import transfer
 from .printing import (
-    STAT_NAMES,
     Layout,
     Options,
     current_options,
@@ -117,7 +116,8 @@ class Serializer:
             return [self._value(item, f"{name}_{i}") for i, item in enumerate(value)]
         if kind is dict or isinstance(value, dict):
             if name is None:
-                return {_json_key(key): self._value(item, None) for key, item in value.items()}
+                return {key if type(key) is str else _json_key(key): self._value(item, None)
+                        for key, item in value.items()}
             return {_json_key(key): self._value(item, f"{name}_{key}") for key, item in value.items()}
         if value is None or kind is bool or kind is int or kind is float:
             return repr(value)
@@ -264,14 +264,17 @@ class _Seen:
 
     def record(self, value: Any = None, into: dict[str, Any] | None = None) -> dict[str, Any]:
         """A record of this tensor (``value``: its file reference, in safetensors mode), new or ``into``."""
-        record: dict[str, Any] = {} if into is None else into
-        record["shape"] = self.shape
-        record["dtype"] = self.dtype
-        record["value"] = self.lines if value is None else value
-        if self.stat_slot is not None:
-            record.update(_PENDING_STATS)
+        if self.stat_slot is not None:  # the stats' keys now, in the format's order; their values in fill()
+            fields = {"shape": self.shape, "dtype": self.dtype, "value": self.lines if value is None else value,
+                      "mean": None, "std": None, "min": None, "max": None}
         else:
-            record.update(self.stats)
+            fields = {"shape": self.shape, "dtype": self.dtype, "value": self.lines if value is None else value}
+            fields.update(self.stats)
+        if into is None:
+            record = fields
+        else:
+            record = into
+            record.update(fields)
         if self.stat_slot is not None or self.text_slot is not None:
             self.records.append(record)
         return record
@@ -291,9 +294,6 @@ class _Seen:
                 record["value"] = self.lines
             record.update(self.stats)
         self.records = []
-
-
-_PENDING_STATS = dict.fromkeys(STAT_NAMES)
 
 
 def _lines_of(values: list, layout: Layout, texts: dict[tuple, list[str]]) -> list[str]:

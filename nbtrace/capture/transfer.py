@@ -66,12 +66,10 @@ def to_host_many(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
 
 def checksum(tensor: torch.Tensor) -> int:
     """The wrapping sum of the bits of a tensor in host memory: changes when any value changes (short of contrived swaps)."""
-    if tensor.device.type != "cpu":
+    if not tensor.is_cpu:
         raise ValueError("checksum needs a tensor in host memory")
-    if tensor.numel() == 0:
-        return 0
     size = tensor.element_size()
-    return int(tensor.view(_BITS[size]).sum(dtype=_SUM[size]))
+    return int(tensor.view(_BITS[size]).sum(dtype=_SUM[size])) if tensor.numel() else 0
 
 
 _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
