@@ -162,3 +162,17 @@ def test_many_pieces_are_joined_on_the_device_and_still_come_back_in_order(reads
     assert transfers(reads) == 1
     want = [[t.item() for t in scalars[i : i + 4]] for i in range(0, 1000, 4)] + [f.tolist() for f in flats]
     assert [slot.values() for slot in slots] == want
+
+
+def test_pieces_in_host_memory_are_read_at_once_and_not_kept(reads):
+    import weakref
+
+    batch = transfer.HostBatch()
+    piece, scalars = torch.tensor([1.5, -0.0, 2.0]), [torch.tensor(0.25), torch.tensor(-1.0)]
+    refs = [weakref.ref(t) for t in (piece, *scalars)]
+    slots = batch.add(piece), batch.add_scalars(scalars)
+    del piece, scalars
+    assert all(ref() is None for ref in refs)  # nothing small stays alive between the model's tensors
+    assert [repr(v) for v in slots[0].values()] == ["1.5", "-0.0", "2.0"] and slots[1].values() == [0.25, -1.0]
+    batch.fetch()
+    assert transfers(reads) == 0

@@ -76,21 +76,30 @@ _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 _SUM = {1: torch.int32, 2: torch.int32, 4: torch.int32, 8: torch.int64}
 
 
+def _decode(piece: torch.Tensor, values: list) -> list:
+    """Values read from a tensor in host memory, as ``HostBatch.fetch`` would bring them back."""
+    if piece.dtype == _UINT64:
+        return [v % (1 << 64) for v in values]
+    return values
+
+
 class Slot:
-    """Where one piece added to a ``HostBatch`` will be: its group and position."""
+    """Where one piece added to a ``HostBatch`` is: its values already, or its group and position."""
 
-    __slots__ = ("group", "start", "length")
+    __slots__ = ("group", "start", "length", "ready")
 
-    def __init__(self, group: _Group, start: int, length: int) -> None:
+    def __init__(self, group: _Group | None, start: int, length: int, ready: list | None = None) -> None:
         self.group = group
         self.start = start
         self.length = length
+        self.ready = ready
 
     def values(self) -> list:
-        """The piece's values as Python numbers (after ``HostBatch.fetch``)."""
-        values = self.group.values
-        assert values is not None, "HostBatch.fetch() has not run"
-        return values[self.start : self.start + self.length]
+        """The piece's values as Python numbers (for a piece on a device: after ``HostBatch.fetch``)."""
+        if self.ready is not None:
+            return self.ready
+        assert self.group is not None and self.group.values is not None, "HostBatch.fetch() has not run"
+        return self.group.values[self.start : self.start + self.length]
 
 
 class _Group:
@@ -148,7 +157,9 @@ class HostBatch:
 
     ``add`` keeps a piece (a copy: later in-place changes of the recorded
     tensor do not reach it) and returns its ``Slot``; ``fetch`` makes one
-    transfer per device, after which every slot has its values.
+    transfer per device, after which every slot has its values. A piece already
+    in host memory is read at once: that takes no transfer, and keeps no small
+    tensors alive between the model's large ones (they would fragment the heap).
     """
 
     def __init__(self) -> None:
@@ -157,16 +168,20 @@ class HostBatch:
     def add(self, piece: torch.Tensor) -> Slot:
         """Add a 1-dim tensor, or a 0-dim one (stacked with the others)."""
         stacked = piece.dim() == 0
+        length = 1 if stacked else piece.numel()
+        if host_readable(piece):
+            return Slot(None, 0, length, _decode(piece, [piece.item()] if stacked else piece.tolist()))
         key = (piece.dtype, piece.device, stacked)
         group = self._groups.get(key)
         if group is None:
             group = self._groups[key] = _Group(piece.dtype, piece.device, stacked)
-        length = 1 if stacked else piece.numel()
         return Slot(group, group.add(piece, length), length)
 
     def add_scalars(self, pieces: Sequence[torch.Tensor]) -> Slot:
         """Add 0-dim tensors of one dtype and device, as one slot of ``len(pieces)`` values."""
         first = pieces[0]
+        if host_readable(first):
+            return Slot(None, 0, len(pieces), _decode(first, torch.stack(list(pieces)).tolist()))
         key = (first.dtype, first.device, True)
         group = self._groups.get(key)
         if group is None:
