@@ -28,6 +28,7 @@ from torch._tensor_str import PRINT_OPTS
 from . import transfer
 
 _FLOATS = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64})
+_NARROW = frozenset({torch.float16, torch.bfloat16, torch.float32})
 _UINTS = frozenset(getattr(torch, name) for name in ("uint16", "uint32", "uint64") if hasattr(torch, name))
 _PLAIN = frozenset({torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool} | _UINTS)
 _PREFIX = "tensor("
@@ -52,6 +53,7 @@ class Layout(NamedTuple):
     """What the host needs, besides the gathered values, to print a tensor."""
 
     floating: bool
+    narrow: bool  # a 16- or 32-bit float: every finite non-zero value prints with a two-digit exponent
     shape: tuple[int, ...]
     shown: tuple[int, ...]  # the shape of the gathered elements
     summarize: bool
@@ -154,7 +156,8 @@ def gather(tensor: torch.Tensor, options: Options, suffix: tuple[str, ...]) -> t
     else:
         index, shown = _edge_index(shape, options.edgeitems, tensor.device)
         flat = torch.take(tensor, index)  # one op: the shown elements, in order, as a new tensor
-    return flat, Layout(tensor.dtype in _FLOATS, shape, shown, summarize, suffix, options)
+    dtype = tensor.dtype
+    return flat, Layout(dtype in _FLOATS, dtype in _NARROW, shape, shown, summarize, suffix, options)
 
 
 _EDGE_INDEX: dict[tuple, tuple[torch.Tensor, tuple[int, ...]]] = {}
@@ -188,22 +191,38 @@ def format_stats(values: list[float], suffix: tuple[str, ...], options: Options)
 
 def format_text(values: list, layout: Layout) -> str:
     """``str(tensor)`` from the gathered values, as torch prints it."""
+    if layout.narrow and 0.0 not in values and math.isfinite(sum(values)):
+        # The common case, in one formatting call: finite, non-zero values of a 16/32-bit float, whose
+        # exponents all have two digits; a space for the sign pads each to the common width when one is < 0.
+        spec = f"% .{layout.options.precision}e" if min(values) < 0 else f"%.{layout.options.precision}e"
+        template = _TEMPLATES.get((layout, spec))
+        if template is None:
+            template = _template(layout, len(values), len(spec % 1.0), spec)
+        return template % tuple(values)
     items, width = _format_items(values, layout.floating, layout.options.precision)
     if max(map(len, items)) != width:  # e.g. torch's integer mode, or -0. wider than every other value
         return _text(items, layout, width)
     # Every item is ``width`` wide: the text around them depends on the layout and the width only.
-    key = (layout, width)
-    template = _TEMPLATES.get(key)
+    template = _TEMPLATES.get((layout, width))
     if template is None:
-        if len(_TEMPLATES) > 1024:
-            _TEMPLATES.clear()
-        slot = "\0" * width
-        text = _text([slot] * len(items), layout, width)
-        template = _TEMPLATES[key] = text.replace("%", "%%").replace(slot, "%s")
+        template = _template(layout, len(items), width, "%s")
     return template % tuple(items)
 
 
-_TEMPLATES: dict[tuple[Layout, int], str] = {}
+_TEMPLATES: dict[tuple, str] = {}
+
+
+def _template(layout: Layout, count: int, width: int, spec: str) -> str:
+    """The text of a tensor with ``spec`` (a %-format) in place of each of its ``count`` items, ``width`` wide.
+
+    Cached under ``(layout, width)`` for ``%s`` (items formatted already), else under ``(layout, spec)``.
+    """
+    if len(_TEMPLATES) > 1024:
+        _TEMPLATES.clear()
+    slot = "\0" * width
+    text = _text([slot] * count, layout, width).replace("%", "%%").replace(slot, spec)
+    _TEMPLATES[(layout, width) if spec == "%s" else (layout, spec)] = text
+    return text
 
 
 def _text(items: list[str], layout: Layout, width: int) -> str:
