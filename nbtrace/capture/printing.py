@@ -183,6 +183,9 @@ def _edge_index(shape: tuple[int, ...], edge: int, device: torch.device) -> tupl
 def format_stats(values: list[float], suffix: tuple[str, ...], options: Options) -> dict[str, str]:
     """``repr()`` of the 0-dim mean, std, min and max, from their values."""
     precision = options.precision
+    if not suffix and 0.0 not in values and math.isfinite(sum(values)):  # the common case, without branches
+        spec = f"tensor(%.{precision}e)"
+        return dict(zip(STAT_NAMES, (spec % value for value in values)))
     return {
         name: add_suffixes(_PREFIX + scalar_text(value, precision), suffix, _INDENT, options.linewidth)
         for name, value in zip(STAT_NAMES, values)

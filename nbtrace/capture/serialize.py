@@ -288,7 +288,10 @@ class _Seen:
         text_slot, self.text_slot = self.text_slot, None
         if text_slot is not None:
             assert self.layout is not None
-            self.lines = _lines_of(text_slot.values(), self.layout, texts)
+            if self.checksum is None:  # no reuse of this tensor by checksum (on a device): reuse by values
+                self.lines = _lines_of(text_slot.values(), self.layout, texts)
+            else:
+                self.lines = format_text(text_slot.values(), self.layout).splitlines()
         for record in self.records:
             if text_slot is not None:
                 record["value"] = self.lines
