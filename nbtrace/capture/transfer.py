@@ -181,7 +181,7 @@ class HostBatch:
         """Add 0-dim tensors of one dtype and device, as one slot of ``len(pieces)`` values."""
         first = pieces[0]
         if host_readable(first):
-            return Slot(None, 0, len(pieces), _decode(first, torch.stack(list(pieces)).tolist()))
+            return Slot(None, 0, len(pieces), _decode(first, list(map(torch.Tensor.item, pieces))))
         key = (first.dtype, first.device, True)
         group = self._groups.get(key)
         if group is None:
