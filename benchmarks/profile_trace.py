@@ -31,14 +31,15 @@ import bench_trace  # noqa: E402
 #: nbtrace's files, by the part of the work they do
 PARTS = {
     "context.py": "wrapping and restoring forwards",
-    "recorder.py": "the call stack (recorder, speculation, pruning)",
-    "speculate.py": "the call stack (recorder, speculation, pruning)",
-    "prune.py": "the call stack (recorder, speculation, pruning)",
-    "serialize.py": "tensor records: Python",
-    "printing.py": "tensor records: Python",
-    "transfer.py": "tensor records: Python",
-    "write.py": "JSON and files",
+    "recorder.py": "the call stack",
+    "prune.py": "the call stack",
+    "speculate.py": "pruning speculation",
+    "serialize.py": "tensor records (Python)",
+    "transfer.py": "tensor records (Python)",
+    "printing.py": "printing values and stats (Python)",
+    "write.py": "JSON",
 }
+_TORCH_CALLERS = ("serialize.py", "printing.py", "transfer.py")
 _MODEL_ENTRIES = ("call_module", "call_top", "untraced_top_forward")  # nbtrace functions that call the model
 
 
@@ -53,8 +54,10 @@ def _part(func: tuple, caller_file: str | None) -> str:
     if own is not None:
         return "nbtrace: " + PARTS.get(own, "other")
     name = func[2]
-    if caller_file in ("serialize.py", "printing.py", "transfer.py") and ("torch" in name or "Tensor" in name):
-        return "nbtrace: tensor records: torch ops (stats, gathering, checksums, the transfer)"
+    if caller_file in _TORCH_CALLERS and ("torch" in name or "Tensor" in name):
+        return "nbtrace: stats, gathering, checksums (torch ops)"
+    if caller_file == "write.py" and any(word in name for word in ("posix", "io.open", "write", "close")):
+        return "nbtrace: file writes"
     return "nbtrace: " + PARTS.get(caller_file or "", "other")
 
 
