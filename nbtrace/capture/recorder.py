@@ -29,10 +29,11 @@ from .ranks import RankPlan, ShardLayouts
 from .recorded import Recorded, RecordedTraces
 from .runs import remove_earlier_forwards
 from .serialize import Serializer, sanitize
-from .speculate import Frame, Speculation, numbered_containers
+from .speculate import Frame, Site, Speculation, numbered_containers
 from .write import TensorStore, tree_refs, write_sidecar, write_trace_files
 
 _MAX_ERROR_MESSAGE = 2000
+_set_grad_enabled = torch._C._set_grad_enabled
 
 
 def error_record(exc: BaseException) -> dict[str, str]:
@@ -74,6 +75,8 @@ class Recorder:
         self._previous_store: TensorStore | None = None
         self._containers = numbered_containers(model, self.class_name)
         self._fingerprints = ParameterFingerprints(model, self.class_name)
+        self._site = Site(self.class_name, True)  # the model re-entering its own forward
+        self._top_site = Site(f"{self.class_name} (top-level)", True)
 
     @property
     def traces(self) -> RecordedTraces:
@@ -92,27 +95,33 @@ class Recorder:
         return f"<Recorder {self.class_name}: {len(self._recorded)} forward(s) recorded>"
 
     # -- one module call -----------------------------------------------------
-    def call_module(
-        self, path: str, has_children: bool, forward: Callable, args: tuple, kwargs: dict[str, Any]
-    ) -> Any:
+    def call_module(self, site: Site, forward: Callable, args: tuple, kwargs: dict[str, Any]) -> Any:
         __tracebackhide__ = True
         run = self._run
         if run is None:  # called outside the traced model's forward: not recorded
             with torch.no_grad():
                 return forward(*args, **kwargs)
+        path = site.path
         count = run.calls[path] = run.calls.get(path, 0) + 1
         # Later calls get "@n": a first call's file name (transformers' name) never contains it.
         base = path if count == 1 else f"{path}@{count}"
-        inputs = {key: part for key, part in (("args", args), ("kwargs", kwargs)) if len(part) > 0}
-        node = run.open(path, inputs, f"{base}_inputs")
+        if kwargs:
+            inputs = {"args": args, "kwargs": kwargs} if args else {"kwargs": kwargs}
+        else:
+            inputs = {"args": args} if args else {}
+        node = run.open(site, inputs, f"{base}_inputs")
+        grad = torch.is_grad_enabled()
+        _set_grad_enabled(False)  # torch.no_grad(), without the cost of a context manager per call
         try:
-            with torch.no_grad():
+            try:
                 out = forward(*args, **kwargs)
+            finally:
+                _set_grad_enabled(grad)
         except BaseException as exc:
             run.close(node, error=exc)
             raise
         try:
-            if not has_children:
+            if not site.has_children:
                 run.record(node, "outputs", out, f"{base}_outputs")
         finally:
             run.close(node)
@@ -122,13 +131,13 @@ class Recorder:
     def call_top(self, forward: Callable, args: tuple, kwargs: dict[str, Any]) -> Any:
         __tracebackhide__ = True
         if self._run is not None:  # the model re-entered its own forward: record it as a call
-            return self.call_module(self.class_name, True, forward, args, kwargs)
+            return self.call_module(self._site, forward, args, kwargs)
         self._begin_forward()
         run = self._run
         assert run is not None
         name = self.class_name
         try:
-            node = run.open(f"{name} (top-level)", {"args": args, "kwargs": kwargs}, f"{name}_inputs")
+            node = run.open(self._top_site, {"args": args, "kwargs": kwargs}, f"{name}_inputs")
             probe = GenerationProbe.start(args, kwargs)
             try:
                 out = forward(*args, **kwargs)
@@ -137,7 +146,9 @@ class Recorder:
                 self._end_forward(run, node, failed=True)
                 raise
             try:
-                run.record(node, "outputs", out, f"{name}_outputs")
+                # The format drops the outputs of a call with children; only their files stay (safetensors).
+                if not self.use_repr or not node["children"]:
+                    run.record(node, "outputs", out, f"{name}_outputs")
             finally:
                 run.close(node)
             run.generation = probe.finish(out) if probe is not None else None
@@ -201,7 +212,8 @@ class Recorder:
         if index > 0:  # a run of several forwards (forward 0 gets its sections when the second one starts)
             run.sidecar.update(self._run_sections(recorded, recorded.durations_in_order()))
         try:
-            if removed:
+            run.serialize.finish()  # the forward's one transfer: every record gets its lines and stats
+            if removed and not self.use_repr:
                 run.store.discard(tree_refs(removed))
             full, _ = write_trace_files(root, run.store.folder, self.class_name)
             write_sidecar(run.store.folder, self.class_name, run.sidecar)
@@ -232,7 +244,6 @@ class _ForwardRun:
         self.store = store
         self.frames: list[Frame] = []
         self.calls: dict[str, int] = {}
-        self.started: dict[int, float] = {}
         self.durations: dict[int, float | None] = {}
         self.speculation = Speculation(containers, serialize)
         #: sections of nbtrace's sidecar file that features fill during the forward (see core/sidecar.py)
@@ -250,19 +261,20 @@ class _ForwardRun:
         else:
             node[key] = self.serialize(value, name)
 
-    def open(self, path: str, inputs: Any, name: str) -> dict[str, Any]:
-        node: dict[str, Any] = {"module_path": path, "inputs": None, "outputs": None, "children": []}
-        parent = self.frames[-1] if self.frames else None
-        self.speculation.begin(node, parent)
+    def open(self, site: Site, inputs: Any, name: str) -> dict[str, Any]:
+        node: dict[str, Any] = {"module_path": site.path, "inputs": None, "outputs": None, "children": []}
+        frames = self.frames
+        parent = frames[-1] if frames else None
+        self.speculation.begin(node, parent, site)
         self.record(node, "inputs", inputs, name)
-        frame = Frame(node)
-        self.frames.append(frame)
-        self.speculation.opened(frame, parent, self.frames[-3] if len(self.frames) > 2 else None)
-        self.started[id(node)] = time.perf_counter()
+        frame = Frame(node, site)
+        frames.append(frame)
+        self.speculation.opened(frame, parent, frames[-3] if len(frames) > 2 else None)
+        frame.started = time.perf_counter()
         return node
 
     def close(self, node: dict[str, Any], error: BaseException | None = None) -> None:
-        self.durations[id(node)] = time.perf_counter() - self.started.pop(id(node), time.perf_counter())
+        now = time.perf_counter()
         # Pop down to this node: a call that never closed (it cannot happen, but a
         # corrupted stack must not misplace every later call) is closed with it.
         frame = None
@@ -270,6 +282,7 @@ class _ForwardRun:
             frame = self.frames.pop()
             if frame.node is node:
                 break
+        self.durations[id(node)] = now - frame.started if frame is not None and frame.node is node else 0.0
         children = node.pop("children")
         if error is not None:
             node["error"] = error_record(error)
