@@ -8,6 +8,7 @@ same bytes as when tensors are read where they are.
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 from collections import Counter
@@ -176,3 +177,28 @@ def test_pieces_in_host_memory_are_read_at_once_and_not_kept(reads):
     assert [repr(v) for v in slots[0].values()] == ["1.5", "-0.0", "2.0"] and slots[1].values() == [0.25, -1.0]
     batch.fetch()
     assert transfers(reads) == 0
+
+
+def test_a_generate_step_with_its_cache_and_weights_crosses_in_one_transfer(tmp_path, reads, monkeypatch):
+    """The KV cache facts, the picked token and the parameter fingerprints ride with the forward's transfer."""
+    from tests.models.generation import build_reference, make_prompt, trace_generate
+
+    prompt, steps = make_prompt(), 3
+    options = {"use_repr": True}  # printed values: no safetensors data to move
+    here = trace_generate(build_reference(), prompt, steps, tmp_path / "here", **options)  # fresh weights
+    reads.clear()
+    monkeypatch.setattr(transfer, "host_readable", lambda tensor: False)
+    there = trace_generate(build_reference(), prompt, steps, tmp_path / "device", **options)
+    assert len(there) == steps
+    assert transfers(reads) == steps  # one per forward: the first one's includes every weight's fingerprint
+    assert elsewhere(reads) == {}
+    for a, b in zip(here.traces, there.traces):
+        assert a.sidecar["parameters"] and a.sidecar["parameters"] == b.sidecar["parameters"]
+        assert a.sidecar["generation"]["cache"]["new_keys"] and a.sidecar["generation"] == b.sidecar["generation"]
+    for path in sorted((tmp_path / "here").rglob("*.json")):
+        twin = tmp_path / "device" / path.relative_to(tmp_path / "here")
+        if path.name.endswith("_NBTRACE.json"):  # the sidecar: the same but for the timings of its run section
+            a, b = json.loads(path.read_text())["sections"], json.loads(twin.read_text())["sections"]
+            assert a.pop("run")["forward"] == b.pop("run")["forward"] and a == b, path
+        else:
+            assert path.read_bytes() == twin.read_bytes(), path

@@ -151,7 +151,8 @@ class Recorder:
                     run.record(node, "outputs", out, f"{name}_outputs")
             finally:
                 run.close(node)
-            run.generation = probe.finish(out) if probe is not None else None
+            if probe is not None:
+                run.generation_done = probe.finish(out, run.serialize.batch)
             self._end_forward(run, node, failed=False)
             return out
         finally:
@@ -202,17 +203,15 @@ class Recorder:
             if key in top and top[key]:
                 root[key] = top[key]
         run.durations[id(root)] = run.durations.get(id(top))
-        self._fingerprint_parameters(run)
+        parameters = self._fingerprint_parameters(run)
         removed = prune_intermediate_layers(root) if self.do_prune_layers else []
         prune_outputs_of_parents(root)
-        if self.rank_plan is not None and run.layouts is not None:
-            run.sidecar[DISTRIBUTED] = self.rank_plan.section(root, run.layouts)
         index = len(self._recorded)
-        recorded = Recorded(index, root, None, run.store.folder, run.durations, run.sidecar, run.generation)
-        if index > 0:  # a run of several forwards (forward 0 gets its sections when the second one starts)
-            run.sidecar.update(self._run_sections(recorded, recorded.durations_in_order()))
+        recorded = Recorded(index, root, None, run.store.folder, run.durations, run.sidecar, None)
         try:
-            run.serialize.finish()  # the forward's one transfer: every record gets its lines and stats
+            # The forward's one transfer: every record gets its lines and stats, and the sidecar its numbers.
+            run.serialize.finish()
+            self._fill_sidecar(run, root, recorded, parameters)
             if removed and not self.use_repr:
                 run.store.discard(tree_refs(removed))
             full, _ = write_trace_files(root, run.store.folder, self.class_name)
@@ -226,14 +225,30 @@ class Recorder:
         self._recorded.append(recorded)
         self._previous_store = run.store
 
-    def _fingerprint_parameters(self, run: _ForwardRun) -> None:
-        """The sidecar's ``parameters`` section (once per forward; unchanged tensors are not recomputed)."""
+    def _fill_sidecar(
+        self, run: _ForwardRun, root: dict[str, Any], recorded: Recorded, parameters: Callable[[], dict] | None
+    ) -> None:
+        """The sidecar's sections, once the forward's numbers are on the host."""
+        if parameters is not None:
+            try:
+                section = parameters()
+                if section:
+                    run.sidecar["parameters"] = section
+            except Exception as exc:  # noqa: BLE001 - a fingerprint must never cost the user their trace
+                warnings.warn(f"nbtrace could not fingerprint the parameters of {self.class_name}: {exc}", stacklevel=5)
+        if self.rank_plan is not None and run.layouts is not None:
+            run.sidecar[DISTRIBUTED] = self.rank_plan.section(root, run.layouts)
+        recorded.generation = run.generation_done() if run.generation_done is not None else None
+        if recorded.index > 0:  # a run of several forwards (forward 0 gets its sections when the second one starts)
+            run.sidecar.update(self._run_sections(recorded, recorded.durations_in_order()))
+
+    def _fingerprint_parameters(self, run: _ForwardRun) -> Callable[[], dict] | None:
+        """Start the sidecar's ``parameters`` section (once per forward; unchanged tensors are not recomputed)."""
         try:
-            section = self._fingerprints.section()
-            if section:
-                run.sidecar["parameters"] = section
-        except Exception as exc:  # a fingerprint must never cost the user their trace
+            return self._fingerprints.start(run.serialize.batch)
+        except Exception as exc:  # noqa: BLE001 - a fingerprint must never cost the user their trace
             warnings.warn(f"nbtrace could not fingerprint the parameters of {self.class_name}: {exc}", stacklevel=4)
+            return None
 
 
 class _ForwardRun:
@@ -248,8 +263,8 @@ class _ForwardRun:
         self.speculation = Speculation(containers, serialize)
         #: sections of nbtrace's sidecar file that features fill during the forward (see core/sidecar.py)
         self.sidecar: dict[str, Any] = {}
-        #: the ``generation`` section (KV cache, picked token) for a run of several forwards (generation.py)
-        self.generation: dict[str, Any] | None = None
+        #: gives the ``generation`` section (KV cache, picked token) once the forward's numbers are on the host
+        self.generation_done: Callable[[], dict[str, Any] | None] | None = None
         #: the layouts of the DTensors recorded in this forward, when the trace describes its rank (ranks.py)
         self.layouts: ShardLayouts | None = None
 

@@ -77,7 +77,8 @@ class Serializer:
         self._seen: dict[int, _Seen] = {}
         #: called with (record, value) for each value recorded by its local tensor (a DTensor): see ranks.py
         self.on_shard: Callable[[dict[str, Any], Any], None] | None = None
-        self._batch = transfer.HostBatch()
+        #: values on their way to the host with the forward's one transfer (``finish``); others may add theirs
+        self.batch = transfer.HostBatch()
         self._waiting: list[_Seen] = []
         self._texts: dict[tuple, list[str]] = {}  # printed lines by layout and exact values
         self._options = current_options()
@@ -101,9 +102,9 @@ class Serializer:
 
     def finish(self) -> None:
         """Move every pending summary to the host (one transfer per device) and complete the records."""
+        self.batch.fetch()
         if not self._waiting:
             return
-        self._batch.fetch()
         waiting, self._waiting = self._waiting, []
         for seen in waiting:
             seen.fill(self._texts)
@@ -166,14 +167,14 @@ class Serializer:
         suffix = suffixes(tensor) if fast else ()
         if tensor.dtype in STAT_DTYPES and numel > 0:
             if fast:
-                seen.stat_slot = self._batch.add_scalars(stat_pieces(tensor))
+                seen.stat_slot = self.batch.add_scalars(stat_pieces(tensor))
                 seen.stat_format = (suffix, self._options)
             else:
                 seen.stats = _slow_stats(tensor)
         if self.use_repr or tensor.is_meta:
             if fast and numel > 0:
                 flat, seen.layout = gather(tensor, self._options, suffix)
-                seen.text_slot = self._batch.add(flat)
+                seen.text_slot = self.batch.add(flat)
             else:
                 seen.lines = self._lines(tensor)
         if seen.stat_slot is not None or seen.text_slot is not None:
@@ -209,7 +210,7 @@ class Serializer:
         assert store is not None and seen.file is not None
         try:
             return store.link(save.name, seen.file, save.host)
-        except Exception:
+        except Exception:  # noqa: BLE001 - no file to link to: print it instead
             return self._lines(save.tensor)
 
     def _save(self, save: _Save, seen: _Seen) -> list[str] | str:
@@ -239,8 +240,8 @@ class _Seen:
     (values on their way to the host) and ``records`` are the records to complete.
     """
 
-    __slots__ = ("shape", "dtype", "stats", "lines", "file", "ref", "version", "pointer", "checksum",
-                 "stat_slot", "stat_format", "text_slot", "layout", "records")
+    __slots__ = ("checksum", "dtype", "file", "layout", "lines", "pointer", "records", "ref", "shape", "stat_format",
+                 "stat_slot", "stats", "text_slot", "version")
 
     def __init__(self, shape: str, dtype: str) -> None:
         self.shape = shape
@@ -319,7 +320,7 @@ def _lines_of(values: list, layout: Layout, texts: dict[tuple, list[str]]) -> li
 class _Save:
     """One tensor of a record to write to a safetensors file, and the record it completes."""
 
-    __slots__ = ("record", "tensor", "name", "seen", "candidate", "host")
+    __slots__ = ("candidate", "host", "name", "record", "seen", "tensor")
 
     def __init__(self, tensor: torch.Tensor, name: str, seen: _Seen | None) -> None:
         self.record: dict[str, Any] = {}  # keys in the format's order once complete

@@ -6,8 +6,10 @@ per-tensor work therefore never reads a tensor's values where it is: the
 printed elements and the four stats of every tensor are computed on the
 tensor's device, kept there (they are copies), and moved to the host all
 together at the end of the forward by a ``HostBatch``: one transfer per device
-per forward. The data of safetensors files moves with ``to_host_many``, once
-per record (a call's inputs, a call's outputs).
+per forward. The numbers of the sidecar ride in the same batch: the parameter
+fingerprints (``parameters.py``) and a generation step's KV cache and picked
+token (``generation.py``). The data of safetensors files moves with
+``to_host_many``, once per record (a call's inputs, a call's outputs).
 
 Every transfer goes through ``to_host``; the tests count its calls, and check
 that nothing else in the capture reads a tensor's values.
@@ -65,7 +67,7 @@ def to_host_many(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
 
 
 def checksum(tensor: torch.Tensor) -> int:
-    """The wrapping sum of the bits of a tensor in host memory: changes when any value changes (short of contrived swaps)."""
+    """The wrapping sum of the bits of a tensor in host memory: changes when any value changes (bar contrived swaps)."""
     if not tensor.is_cpu:
         raise ValueError("checksum needs a tensor in host memory")
     size = tensor.element_size()
@@ -86,7 +88,7 @@ def _decode(piece: torch.Tensor, values: list) -> list:
 class Slot:
     """Where one piece added to a ``HostBatch`` is: its values already, or its group and position."""
 
-    __slots__ = ("group", "start", "length", "ready")
+    __slots__ = ("group", "length", "ready", "start")
 
     def __init__(self, group: _Group | None, start: int, length: int, ready: list | None = None) -> None:
         self.group = group
@@ -105,7 +107,7 @@ class Slot:
 class _Group:
     """Pieces of one dtype on one device, joined into one tensor before the transfer."""
 
-    __slots__ = ("dtype", "device", "stacked", "pending", "chunks", "length", "values")
+    __slots__ = ("chunks", "device", "dtype", "length", "pending", "stacked", "values")
 
     def __init__(self, dtype: torch.dtype, device: torch.device, stacked: bool) -> None:
         self.dtype = dtype
