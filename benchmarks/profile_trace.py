@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench_trace  # noqa: E402
+import bench_trace
 
 #: nbtrace's files, by the part of the work they do
 PARTS = {
@@ -146,7 +146,7 @@ def main() -> None:
     for key, seconds in sorted(parts.items(), key=lambda item: -item[1]):
         print(f"| {key} | {seconds * per:.2f} |")
     print(f"| total | {sum(parts.values()) * per:.2f} |")
-    print(f"\n| top self time | ms per forward | calls per forward |\n|---|---:|---:|")
+    print("\n| top self time | ms per forward | calls per forward |\n|---|---:|---:|")
     for where, seconds, calls in top(stats, args.top):
         print(f"| `{where}` | {seconds * per:.2f} | {calls / args.forwards:.0f} |")
 

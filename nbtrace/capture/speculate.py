@@ -65,7 +65,7 @@ def numbered_containers(model: nn.Module, class_name: str) -> dict[str, int]:
 class Site:
     """One wrapped module: its path and where it sits in a layer stack, worked out once when it is wrapped."""
 
-    __slots__ = ("path", "has_children", "split", "marker")
+    __slots__ = ("has_children", "marker", "path", "split")
 
     def __init__(self, path: str, has_children: bool) -> None:
         self.path = path
@@ -77,7 +77,7 @@ class Site:
 class Frame:
     """One open call: its JSON node plus what the speculation tracks about it."""
 
-    __slots__ = ("node", "split", "marker", "progress", "held", "started")
+    __slots__ = ("held", "marker", "node", "progress", "split", "started")
 
     def __init__(self, node: dict[str, Any], site: Site) -> None:
         self.node = node
@@ -91,7 +91,7 @@ class Frame:
 class Deferred:
     """The held values of one predicted-pruned layer block (and every call inside it)."""
 
-    __slots__ = ("node", "entries")
+    __slots__ = ("entries", "node")
 
     def __init__(self, node: dict[str, Any]) -> None:
         self.node = node

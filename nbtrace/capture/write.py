@@ -141,7 +141,7 @@ _escape = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
 class _Writer:
     """The parts of one indented JSON text, and where tensor records' values lie among them."""
 
-    __slots__ = ("parts", "cuts", "first_value", "_lines", "_keys")
+    __slots__ = ("_keys", "_lines", "cuts", "first_value", "parts")
 
     def __init__(self) -> None:
         self.parts: list[str] = []
