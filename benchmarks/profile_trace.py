@@ -38,8 +38,13 @@ PARTS = {
     "transfer.py": "tensor records (Python)",
     "printing.py": "printing values and stats (Python)",
     "write.py": "JSON",
+    "parameters.py": "parameter fingerprints",
+    "generation.py": "the generation probe",
+    "ranks.py": "ranks",
+    "recorded.py": "finished forwards",
+    "runs.py": "finished forwards",
 }
-_TORCH_CALLERS = ("serialize.py", "printing.py", "transfer.py")
+_TORCH_CALLERS = ("serialize.py", "printing.py", "transfer.py", "parameters.py", "generation.py")
 _MODEL_ENTRIES = ("call_module", "call_top", "untraced_top_forward")  # nbtrace functions that call the model
 
 

@@ -14,6 +14,7 @@ storage) is not computed again.
 
 from __future__ import annotations
 
+import json
 import math
 import weakref
 from collections.abc import Callable, Iterator
@@ -51,9 +52,9 @@ def _named_tensors(model: nn.Module, root: str) -> Iterator[tuple[str, str, str,
 
 
 # Fingerprints of tensors unchanged since they were computed, shared by every trace of the process
-# (id -> (weak reference, version, data pointer, fingerprint)): tracing the same model again, or each
+# (id -> (weak reference, version, data pointer, fingerprint, its JSON text)): tracing the same model again, or each
 # step of generate(), pays nothing for its weights.
-_CACHE: dict[int, tuple[Any, int, int, dict[str, Any]]] = {}
+_CACHE: dict[int, tuple[Any, int, int, dict[str, Any], str]] = {}
 
 
 class ParameterFingerprints:
@@ -69,14 +70,17 @@ class ParameterFingerprints:
         batch = transfer.HostBatch()
         finish = self.start(batch)
         batch.fetch()
-        return finish()
+        return finish()[0]
 
-    def start(self, batch: transfer.HostBatch) -> Callable[[], dict[str, dict[str, dict[str, Any]]]]:
-        """Compute what changed on its device into ``batch``; the returned function, called after
-        ``batch.fetch()``, gives the section (``{module path: {tensor name: fingerprint}}``)."""
+    def start(self, batch: transfer.HostBatch) -> Callable[[], tuple[dict[str, dict[str, dict[str, Any]]], str]]:
+        """Compute what changed on its device into ``batch``. The returned function, called after
+        ``batch.fetch()``, gives the section (``{module path: {tensor name: fingerprint}}``) and its JSON text
+        (``json.dumps(section, indent=1, sort_keys=True)``, put together from each fingerprint's text, kept with it:
+        a model's weights rarely change between forwards, and encoding them is most of a sidecar's cost)."""
         out: dict[str, dict[str, dict[str, Any]]] = {}
+        texts: dict[str, dict[str, str | _Pending]] = {}
         todo: list[_Pending] = []
-        fresh: dict[int, dict[str, Any]] = {}  # a tensor held twice (tied weights) is computed once
+        fresh: dict[int, _Pending] = {}  # a tensor held twice (tied weights) is computed once
         with torch.no_grad():
             for path, name, kind, held in _named_tensors(self.model, self.root):
                 tensor = local_tensor(held)
@@ -88,39 +92,53 @@ class ParameterFingerprints:
                 version = getattr(tensor, "_version", -1)
                 pointer = tensor.data_ptr() if tensor.layout == torch.strided else 0
                 if key in fresh:
-                    fingerprint = fresh[key]
+                    pending = fresh[key]
+                    fingerprint, text = pending.fingerprint, pending
                 elif cached is not None and cached[0]() is held and cached[1] == version and cached[2] == pointer:
-                    fingerprint = cached[3]
+                    fingerprint, text = cached[3], cached[4]
                 else:
                     fingerprint = {"kind": kind, "shape": list(tensor.shape), "dtype": str(tensor.dtype)[6:]}
-                    fresh[key] = fingerprint
-                    pending = _Pending(fingerprint, (weakref.ref(held), version, pointer, fingerprint), key)
+                    pending = fresh[key] = _Pending(fingerprint, (weakref.ref(held), version, pointer), key)
                     if tensor.is_floating_point() and tensor.numel() > 0 and tensor.layout == torch.strided:
                         pending.measure(tensor, batch)
                     todo.append(pending)
+                    text = pending
                 out.setdefault(path, {})[name] = fingerprint
+                texts.setdefault(path, {})[name] = text
 
-        def finish() -> dict[str, dict[str, dict[str, Any]]]:
+        def finish() -> tuple[dict[str, dict[str, dict[str, Any]]], str]:
             for pending in todo:
                 pending.fill()
-                self._cache[pending.key] = pending.entry  # cached only once complete
+                self._cache[pending.key] = (*pending.entry, pending.fingerprint, pending.text)  # once complete
             if len(self._cache) > 4 * max(len(todo), 1024):  # forget tensors that no longer exist
                 for key in [k for k, entry in self._cache.items() if entry[0]() is None]:
                     del self._cache[key]
-            return out
+            return out, _section_text(texts)
 
         return finish
+
+
+def _section_text(texts: dict[str, dict[str, str | _Pending]]) -> str:
+    """``json.dumps(section, indent=1, sort_keys=True)`` from the text of each fingerprint (at depth 2)."""
+    if not texts:
+        return "{}"
+    paths = []
+    for path, names in sorted(texts.items()):
+        items = [f"  {json.dumps(name)}: {text if isinstance(text, str) else text.text}" for name, text in sorted(names.items())]
+        paths.append(f" {json.dumps(path)}: {{\n" + ",\n".join(items) + "\n }")
+    return "{\n" + ",\n".join(paths) + "\n}"
 
 
 class _Pending:
     """One fingerprint being computed: its numbers on their way to the host, then filled in."""
 
-    __slots__ = ("entry", "fingerprint", "key", "layout", "numbers", "sum")
+    __slots__ = ("entry", "fingerprint", "key", "layout", "numbers", "sum", "text")
 
-    def __init__(self, fingerprint: dict[str, Any], entry: tuple[Any, int, int, dict[str, Any]], key: int) -> None:
+    def __init__(self, fingerprint: dict[str, Any], entry: tuple[Any, int, int], key: int) -> None:
         self.fingerprint = fingerprint
-        self.entry = entry
+        self.entry = entry  # (weak reference to the tensor, its version, its data pointer)
         self.key = key
+        self.text = ""  # the fingerprint's JSON, as it stands two levels deep in the section
         self.numbers: transfer.Slot | None = None
         self.sum: transfer.Slot | None = None
         self.layout = (0, 0, 0, 0, 0)
@@ -131,6 +149,10 @@ class _Pending:
         self.sum = batch.add(_bit_sum(tensor))
 
     def fill(self) -> None:
+        self._fill()
+        self.text = json.dumps(self.fingerprint, indent=1, sort_keys=True).replace("\n", "\n  ")
+
+    def _fill(self) -> None:
         if self.numbers is None or self.sum is None:
             return
         fingerprint = self.fingerprint

@@ -215,7 +215,7 @@ class Recorder:
             if removed and not self.use_repr:
                 run.store.discard(tree_refs(removed))
             full, _ = write_trace_files(root, run.store.folder, self.class_name)
-            write_sidecar(run.store.folder, self.class_name, run.sidecar)
+            write_sidecar(run.store.folder, self.class_name, run.sidecar, run.encoded)
         except Exception as exc:
             if not failed:
                 raise
@@ -226,14 +226,15 @@ class Recorder:
         self._previous_store = run.store
 
     def _fill_sidecar(
-        self, run: _ForwardRun, root: dict[str, Any], recorded: Recorded, parameters: Callable[[], dict] | None
+        self, run: _ForwardRun, root: dict[str, Any], recorded: Recorded, parameters: Callable[[], tuple] | None
     ) -> None:
         """The sidecar's sections, once the forward's numbers are on the host."""
         if parameters is not None:
             try:
-                section = parameters()
+                section, text = parameters()
                 if section:
                     run.sidecar["parameters"] = section
+                    run.encoded["parameters"] = text
             except Exception as exc:  # noqa: BLE001 - a fingerprint must never cost the user their trace
                 warnings.warn(f"nbtrace could not fingerprint the parameters of {self.class_name}: {exc}", stacklevel=5)
         if self.rank_plan is not None and run.layouts is not None:
@@ -242,7 +243,7 @@ class Recorder:
         if recorded.index > 0:  # a run of several forwards (forward 0 gets its sections when the second one starts)
             run.sidecar.update(self._run_sections(recorded, recorded.durations_in_order()))
 
-    def _fingerprint_parameters(self, run: _ForwardRun) -> Callable[[], dict] | None:
+    def _fingerprint_parameters(self, run: _ForwardRun) -> Callable[[], tuple] | None:
         """Start the sidecar's ``parameters`` section (once per forward; unchanged tensors are not recomputed)."""
         try:
             return self._fingerprints.start(run.serialize.batch)
@@ -263,6 +264,8 @@ class _ForwardRun:
         self.speculation = Speculation(containers, serialize)
         #: sections of nbtrace's sidecar file that features fill during the forward (see core/sidecar.py)
         self.sidecar: dict[str, Any] = {}
+        #: the JSON text of sidecar sections known already (the parameters' fingerprints): see write_sidecar
+        self.encoded: dict[str, str] = {}
         #: gives the ``generation`` section (KV cache, picked token) once the forward's numbers are on the host
         self.generation_done: Callable[[], dict[str, Any] | None] | None = None
         #: the layouts of the DTensors recorded in this forward, when the trace describes its rank (ranks.py)

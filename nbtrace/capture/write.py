@@ -237,12 +237,24 @@ def write_trace_files(tree: dict[str, Any], folder: Path, class_name: str) -> tu
     return full, summary
 
 
-def write_sidecar(folder: Path, class_name: str, sections: dict[str, Any]) -> Path | None:
-    """Write nbtrace's sidecar (``core/sidecar.py``) beside the trace files; nothing when ``sections`` is empty."""
+def write_sidecar(
+    folder: Path, class_name: str, sections: dict[str, Any], encoded: dict[str, str] | None = None
+) -> Path | None:
+    """Write nbtrace's sidecar (``core/sidecar.py``) beside the trace files; nothing when ``sections`` is empty.
+
+    ``encoded``: sections whose JSON text is known already (``json.dumps(section, indent=1, sort_keys=True)``),
+    spliced in rather than encoded again; the file is the same bytes either way.
+    """
     if not sections:
         return None
     path = folder / f"{class_name}{SIDECAR_SUFFIX}"
-    write_atomic(path, json.dumps(sidecar_document(sections), indent=1, sort_keys=True).encode("utf-8"))
+    marks = {name: f"\0nbtrace:{name}\0" for name in (encoded or {}) if name in sections}
+    document = sidecar_document({name: marks.get(name, value) for name, value in sections.items()})
+    text = json.dumps(document, indent=1, sort_keys=True)
+    for name, mark in marks.items():  # a section is two levels deep in the document
+        assert encoded is not None
+        text = text.replace(json.dumps(mark), encoded[name].replace("\n", "\n  "), 1)
+    write_atomic(path, text.encode("utf-8"))
     return path
 
 
