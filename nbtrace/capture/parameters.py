@@ -25,6 +25,7 @@ from torch import nn
 
 from . import transfer
 from .serialize import local_tensor
+from .speculate import named_modules
 
 BLOCKS = 16
 SAMPLES = 64
@@ -43,7 +44,7 @@ def sample_positions(numel: int, count: int = SAMPLES) -> list[int]:
 
 def _named_tensors(model: nn.Module, root: str) -> Iterator[tuple[str, str, str, torch.Tensor]]:
     """``(module path, name, "parameter"|"buffer", tensor)`` for every tensor a module holds directly."""
-    for name, module in model.named_modules():
+    for name, module in named_modules(model):
         path = f"{root}.{name}" if name else root
         for kind, items in (("parameter", module._parameters), ("buffer", module._buffers)):
             for key, tensor in items.items():
@@ -64,6 +65,7 @@ class ParameterFingerprints:
         self.model = model
         self.root = root
         self._cache = _CACHE
+        self._text: tuple[tuple[tuple[str, str, str], ...], str] | None = None  # the last section's rows and text
 
     def section(self) -> dict[str, dict[str, dict[str, Any]]]:
         """``{module path: {tensor name: fingerprint}}`` for the model as it is now (a transfer of its own)."""
@@ -113,19 +115,26 @@ class ParameterFingerprints:
             if len(self._cache) > 4 * max(len(todo), 1024):  # forget tensors that no longer exist
                 for key in [k for k, entry in self._cache.items() if entry[0]() is None]:
                     del self._cache[key]
-            return out, _section_text(texts)
+            rows = tuple((path, name, text if isinstance(text, str) else text.text)
+                         for path, names in texts.items() for name, text in names.items())
+            if self._text is None or self._text[0] != rows:  # the same fingerprints as last time: the same text
+                self._text = (rows, _section_text(rows))
+            return out, self._text[1]
 
         return finish
 
 
-def _section_text(texts: dict[str, dict[str, str | _Pending]]) -> str:
-    """``json.dumps(section, indent=1, sort_keys=True)`` from the text of each fingerprint (at depth 2)."""
-    if not texts:
+def _section_text(rows: tuple[tuple[str, str, str], ...]) -> str:
+    """``json.dumps(section, indent=1, sort_keys=True)`` from ``(path, name, fingerprint text at depth 2)``."""
+    if not rows:
         return "{}"
+    by_path: dict[str, list[tuple[str, str]]] = {}
+    for path, name, text in rows:
+        by_path.setdefault(path, []).append((name, text))
     paths = []
-    for path, names in sorted(texts.items()):
-        items = [f"  {json.dumps(name)}: {text if isinstance(text, str) else text.text}" for name, text in sorted(names.items())]
-        paths.append(f" {json.dumps(path)}: {{\n" + ",\n".join(items) + "\n }")
+    for path, items in sorted(by_path.items()):
+        lines = [f"  {json.dumps(name)}: {text}" for name, text in sorted(items)]
+        paths.append(f" {json.dumps(path)}: {{\n" + ",\n".join(lines) + "\n }")
     return "{\n" + ",\n".join(paths) + "\n}"
 
 
