@@ -61,9 +61,14 @@ def _demo(args: argparse.Namespace) -> int:
     assert result is not None
     say(format_tree(result, max_depth=args.depth))
     say()
-    say(f"{len(result)} module calls traced; files written to {Path(args.out).resolve()}:")
-    for name in (result.source.name, result.source.name.replace("_FULL_TENSORS", "_SUMMARY")):
+    folder = result.source.parent
+    written = sorted(p.name for p in folder.iterdir() if p.name.startswith(result.model_name + "_debug_tree_"))
+    tensor_files = sorted(p.name for p in folder.iterdir() if p.suffix == ".safetensors")
+    say(f"{len(result)} module calls traced; files written to {folder.resolve()}:")
+    for name in written:
         say(f"  {name}")
+    if tensor_files:
+        say(f"  and {len(tensor_files)} .safetensors files of tensor values")
     return 0
 
 
@@ -140,7 +145,19 @@ def _diff(args: argparse.Namespace) -> int:
             re.compile(args.ignore)
         except re.error as exc:
             raise InputError("--ignore", f"bad regular expression {args.ignore!r}: {exc}") from None
-    comparison = compare(args.a, args.b, rename=rename, rtol=args.rtol, atol=args.atol, ignore=args.ignore)
+    a, b = args.a, args.b
+    if args.rank is not None:
+        from .core.load import load_trace
+
+        try:
+            a, b = (load_trace(path, rank=args.rank) for path in (args.a, args.b))
+        except ValueError as exc:
+            raise InputError("--rank", str(exc)) from None
+    try:
+        comparison = compare(a, b, rename=rename, rtol=args.rtol, atol=args.atol, ignore=args.ignore)
+    except ValueError as exc:  # traces that cannot be compared as given (two tensor-parallel runs, for one)
+        hint = " (nbtrace diff A B --rank R compares one rank of each)" if "tensor-parallel" in str(exc) else ""
+        raise InputError("diff", f"{exc}{hint}") from None
     say(comparison.summary())
     say()
     if isinstance(comparison, StepsComparison):  # folders of several forwards (generate): every step
@@ -235,10 +252,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="rewrite B's module paths: a JSON object {regex: replacement} or lines 'regex = replacement'",
     )
-    diff.add_argument("--rtol", type=float, default=None, help="relative tolerance (default: by dtype)")
-    diff.add_argument("--atol", type=float, default=None, help="absolute tolerance (default: by dtype)")
+    diff.add_argument("--rtol", type=float, default=None,
+                      help="judge each tensor by this relative tolerance (default: full tensors are judged against "
+                           "the dtype's rounding, printed values by a tolerance per dtype)")
+    diff.add_argument("--atol", type=float, default=None, help="absolute tolerance (given: per-element judgement)")
     diff.add_argument("--ignore", metavar="REGEX", help="do not compare tensors whose argument name matches")
     diff.add_argument("--rows", type=int, default=30, help="table rows to print (default: 30)")
+    diff.add_argument("--rank", type=int, default=None,
+                      help="two folders of rank_<r> folders (two tensor-parallel runs): compare this rank of each")
     diff.set_defaults(run=_diff)
 
     plot = commands.add_parser("plot", help="plot activation stats across layers into an image file")

@@ -135,6 +135,10 @@ def test_demo_still_works(tmp_path):
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("DemoLM")
     assert (tmp_path / "demo" / "DemoLM_debug_tree_FULL_TENSORS.json").is_file()
+    # every file it wrote is named, and nothing it did not write
+    listed = [line.strip() for line in result.stdout.split("files written to", 1)[1].splitlines()[1:] if line.strip()]
+    assert listed == sorted(p.name for p in (tmp_path / "demo").iterdir())
+    assert "DemoLM_debug_tree_NBTRACE.json" in listed
 
 
 @pytest.mark.parametrize("command", ["diff", "show"])

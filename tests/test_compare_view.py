@@ -7,7 +7,7 @@ import json
 
 import pytest
 import torch
-from tests.models.contract import fill_contract, porter_comparison
+from tests.models.contract import porter_comparison
 from tests.models.core_models import seeded
 from tests.models.generation import Bug, build_reference, make_port, make_prompt, trace_generate
 from tests.models.ports import BUGS, P
@@ -27,6 +27,12 @@ def porter(tmp_path_factory):
 @pytest.fixture(scope="module")
 def view(porter):
     return TraceView(porter)
+
+
+@pytest.fixture(scope="module")
+def tolerance_view(tmp_path_factory):
+    """The same porter judged by a per-element tolerance (``rtol`` given): no own vs inherited difference."""
+    return TraceView(porter_comparison(tmp_path_factory.mktemp("tolerance"), rtol=1e-5))
 
 
 def row_of(view: TraceView, path: str) -> int:
@@ -49,15 +55,27 @@ def test_the_first_divergence_row_shows_the_reason_the_evidence_and_where_it_was
     divergence = detail["divergence"]
     assert divergence["reason"] == first.reason
     assert divergence["seen_at"] == f"{P}.layers.2.self_attn.o_proj input args.0"
-    assert divergence["evidence"][0].startswith("tolerance: the largest relative difference of input args.0 is")
-    assert "beyond the tolerance 1e-05 for float32" in divergence["evidence"][0]
+    assert divergence["evidence"][0].startswith(f"magnitude: the inputs of {P}.layers.2.self_attn.o_proj (args.0) differ by")
+    assert "u of float32" in divergence["evidence"][0]
     observed = divergence["observed"]
     assert observed["path"] == f"{P}.layers.2.self_attn.o_proj" and observed["b_path"] == "TinyLlamaPort.blocks.2.attn.out.linear"
     seen = next(t for t in observed["tensors"] if t["io"] == "input")
-    assert seen["verdict"] == "differs" and seen["tolerance"] == "1.00e-05" and "max_rel=" in seen["numbers"]
+    assert seen["verdict"] == "differs" and "max_rel=" in seen["numbers"]
     # the blamed call's own inputs agree: each tensor says so, rather than one number that reads like the evidence
     own = detail["tensors"]["input kwargs.hidden_states"]
     assert own["verdict"] == "ok" and own["b_arg"] == "args.0"
+    # its own difference, measured against its inputs', is what the detail says
+    assert detail["difference"]["line"].startswith("own ") and " u · inherited 0 u · " in detail["difference"]["line"]
+
+
+def test_a_tolerance_s_first_divergence_shows_the_tolerance(tolerance_view):
+    detail = tolerance_view.detail(tolerance_view.rows["first_divergence"])["comparison"]
+    divergence = detail["divergence"]
+    assert divergence["evidence"][0].startswith("tolerance: the largest relative difference of input args.0 is")
+    assert "beyond the tolerance 1e-05 for float32" in divergence["evidence"][0]
+    seen = next(t for t in divergence["observed"]["tensors"] if t["io"] == "input")
+    assert seen["verdict"] == "differs" and seen["tolerance"] == "1.00e-05" and "max_rel=" in seen["numbers"]
+    assert detail["difference"] is None
 
 
 def test_the_initial_detail_travels_with_the_payload(view):
@@ -75,14 +93,16 @@ def test_the_root_says_a_call_inside_differs_not_a_difference_of_zero(view, port
     assert o_proj["situation"] == "its tensors differ from b's"
 
 
-def test_the_tree_s_difference_cell_says_b_s_values_too(view):
-    cells = {view._row_nodes[row].module_path: tooltip for row, _, _, _, tooltip in view.rows["compare"]["difference"]["cells"]}
-    b_out = view.comparison.match_of(view.trace[f"{P}.layers.2.self_attn.o_proj"]).b.output_tensors()[0]
+def test_the_tree_s_difference_cell_says_b_s_values_too(view, tolerance_view):
     from nbtrace.render.vocabulary import format_number
 
-    assert cells[f"{P}.layers.2.self_attn.o_proj"].endswith(
-        f" · b: mean {format_number(b_out.mean)} std {format_number(b_out.std)}")
-    assert cells[f"{P}.layers.2.self_attn.o_proj"].startswith("largest relative difference ")
+    for shown, start in ((view, "own "), (tolerance_view, "largest relative difference ")):
+        cells = {shown._row_nodes[row].module_path: tooltip
+                 for row, _, _, _, tooltip in shown.rows["compare"]["difference"]["cells"]}
+        b_out = shown.comparison.match_of(shown.trace[f"{P}.layers.2.self_attn.o_proj"]).b.output_tensors()[0]
+        assert cells[f"{P}.layers.2.self_attn.o_proj"].endswith(
+            f" · b: mean {format_number(b_out.mean)} std {format_number(b_out.std)}")
+        assert cells[f"{P}.layers.2.self_attn.o_proj"].startswith(start)
 
 
 def test_b_s_tensors_stand_beside_a_s(view):
@@ -92,11 +112,11 @@ def test_b_s_tensors_stand_beside_a_s(view):
     assert b["arg"] == "out" and b["file"].startswith("./TinyLlamaPort.blocks.2.attn.out.linear_outputs")
     assert pair["a"]["mean"] == next(t for t in detail["tensors"] if t["io"] == "output")["mean"]
     assert pair["b"]["std"] == b["std"] and pair["verdict"] == "differs"
+    # judged against rounding by where the difference flows: no per-element tolerance shown as if it had decided
+    assert pair["tolerance"] == "-"
 
 
-def test_the_contract_s_own_difference_reaches_the_detail(tmp_path):
-    c = fill_contract(porter_comparison(tmp_path))
-    view = TraceView(c)
+def test_the_verdict_s_own_difference_reaches_the_detail(view):
     detail = view.detail(row_of(view, f"{P}.layers.2.self_attn.o_proj"))["comparison"]
     difference = detail["difference"]
     assert difference["line"].startswith("own ") and " u · inherited " in difference["line"]

@@ -9,7 +9,7 @@ matplotlib.use("Agg")
 
 import pytest  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
-from tests.models.contract import fill_contract, porter_comparison  # noqa: E402
+from tests.models.contract import porter_comparison  # noqa: E402
 from tests.models.ports import BUGS  # noqa: E402
 
 import nbtrace  # noqa: E402
@@ -24,13 +24,19 @@ def porter(tmp_path_factory):
     return folder, porter_comparison(folder)
 
 
+@pytest.fixture(scope="module")
+def tolerance(tmp_path_factory):
+    """The porter judged by a per-element tolerance (``rtol`` given): relative differences, no own vs inherited."""
+    return porter_comparison(tmp_path_factory.mktemp("tolerance"), rtol=1e-5)
+
+
 @pytest.fixture
 def ax():
     return Figure(figsize=(10, 4)).add_subplot()
 
 
-def test_the_table_holds_each_compared_call_and_where_it_is_born(porter):
-    _, c = porter
+def test_the_table_holds_each_compared_call_and_where_it_is_born(tolerance):
+    c = tolerance
     table = divergence_table(c)
     assert list(table.x) == list(range(len(table)))
     born = table[table.born]
@@ -41,8 +47,8 @@ def test_the_table_holds_each_compared_call_and_where_it_is_born(porter):
     assert set(table.layer.dropna()) == {0, 1, 2}
 
 
-def test_the_plan_marks_the_birth_with_the_evidence(porter):
-    _, c = porter
+def test_the_plan_marks_the_birth_with_the_evidence(tolerance):
+    c = tolerance
     plan = plan_divergence(c)
     assert plan.kind == "relative" and [s.label for s in plan.series] == ["largest relative difference"]
     x, _, words = plan.born
@@ -54,8 +60,8 @@ def test_the_plan_marks_the_birth_with_the_evidence(porter):
     assert any(zero for *_, zero in plan.points)  # exact zeros are told apart, not drawn as data
 
 
-def test_the_drawing_follows_the_plan(porter, ax):
-    _, c = porter
+def test_the_drawing_follows_the_plan(tolerance, ax):
+    c = tolerance
     returned = nbtrace.plot_divergence(c, ax=ax, linewidth=2.5)
     assert returned is ax and ax.get_yscale() == "log"
     main = ax.get_lines()[0]
@@ -69,8 +75,11 @@ def test_the_drawing_follows_the_plan(porter, ax):
     assert "LlamaForCausalLM vs TinyLlamaPort" in ax.get_title()
 
 
-def test_own_and_inherited_are_drawn_where_measured(tmp_path, ax):
-    c = fill_contract(porter_comparison(tmp_path))
+def test_own_and_inherited_are_drawn_where_measured(porter, ax):
+    _, c = porter
+    table = divergence_table(c)
+    assert table[table.born].module_path.tolist() == [BUGS["rounded_scale"]]
+    assert table["own"].notna().any()
     plan = plan_divergence(c)
     assert plan.kind == "units" and [s.label for s in plan.series] == ["own (u)", "inherited (u)"]
     assert plan.tolerance == [] and "unit roundoff" in plan.ylabel

@@ -212,11 +212,20 @@ def test_the_cli_the_table_the_html_and_the_widget_name_the_rank(tmp_path_factor
     assert "output out: Shard(2) (DTensor); only rank 1's shard differs" in detail["comparison"]["reassembled"]
 
 
-def test_two_tensor_parallel_runs_are_compared_rank_by_rank(tmp_path_factory):
+def test_two_tensor_parallel_runs_are_compared_rank_by_rank(tmp_path_factory, capsys):
     run = tp_run(2, tmp_path_factory)
     with pytest.raises(ValueError, match="compare them rank by rank"):
         nbtrace.compare(run["dtensor"], run["megatron"])
     assert nbtrace.compare(nbtrace.load_trace(run["dtensor"], rank=1), nbtrace.load_trace(run["dtensor"], rank=1)).agree
+    # the command line: a clear error with the way out, then one rank of each (rank 1's shard was damaged)
+    clean, damaged = str(run["dtensor"]), str(run["dtensor_shard"])
+    assert cli(["diff", clean, damaged]) == 2
+    assert "nbtrace diff A B --rank R compares one rank of each" in capsys.readouterr().err
+    assert cli(["diff", clean, clean, "--rank", "0"]) == 0
+    assert cli(["diff", clean, damaged, "--rank", "1"]) == 1
+    assert "first divergence: TinyDecoder.layers.0.mlp.up_proj\n" in capsys.readouterr().out
+    assert cli(["diff", clean, damaged, "--rank", "2"]) == 2
+    assert "no such rank folder" in capsys.readouterr().err
 
 
 def test_a_rank_given_a_bad_ranks_argument_says_why(run):

@@ -6,12 +6,13 @@ Two ways:
   in order (``re.sub``, the root class name included) and calls pair up by
   ``(path, call_index)``.
 - otherwise, by call order: both call sequences are aligned (global sequence
-  alignment, like a diff) on what the calls look like — leaf or not, the shapes
-  and dtypes of their tensors, their ``.N`` layer numbers, their names as a weak
-  hint, and whether the values agree as a tie-break — so calls present on one
-  side only (a dropout, an identity, an extra wrapper, a fused projection) are
-  skipped. Sequences are cut at layer blocks first, so long traces align block by
-  block.
+  alignment, like a diff) on what the calls look like and how they are wired, never on
+  their values (``call_features.py``), so calls present on one side only (a dropout, an
+  identity, an extra wrapper, a fused projection) are skipped, and a correct and a buggy
+  port pair the same calls. Sequences are cut at layer blocks first, so long traces align
+  block by block. A pair that an unmatched call under the same parent could have taken
+  just as well is *ambiguous*: it is listed (``Alignment.ambiguous``) and only then do
+  values decide (the closest values win), which the comparison's notes say.
 
 Layer pruning: when one trace had its intermediate layer blocks pruned and the
 other did not, the blocks the pruned side lacks are set aside on the other side
@@ -24,22 +25,25 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ..core.dtypes import dtype_kind
 from ..core.node import Node
-from ..core.paths import layer_number, path_numbers
+from ..core.paths import layer_number
 from ..core.structure import has_pruning_gaps, would_be_pruned
 from ..core.trace import Trace
 from .anchors import lcs_anchors, unique_anchors
+from .call_features import CallFeatures, features, pair_score
+from .flow import Flow
 
 _GAP = 1.0  # cost of leaving one call unmatched
-_MIN_SCORE = 3.0  # weaker pairs are never matched
 _FULL_DP_CELLS = 1_000_000  # above this, a segment is aligned greedily (see _greedy)
-_TOKEN = re.compile(r"[A-Za-z]+")
 
 
 @dataclass
 class Alignment:
-    """The result: matched pairs in ``a``'s call order and what stayed unmatched."""
+    """The result: matched pairs in ``a``'s call order and what stayed unmatched.
+
+    ``ambiguous`` lists the pairs (a's call, b's call) that another, unmatched call could
+    have taken as well by structure; their values settled them.
+    """
 
     pairs: list[tuple[Node, Node]]
     only_a: list[Node]
@@ -47,6 +51,7 @@ class Alignment:
     pruned_a: list[Node] = field(default_factory=list)  # a's calls inside blocks b was pruned of
     pruned_b: list[Node] = field(default_factory=list)
     method: str = "sequence"
+    ambiguous: list[tuple[Node, Node]] = field(default_factory=list)
 
 
 def compile_rename(rename: Mapping[str, str] | None) -> list[tuple[re.Pattern[str], str]]:
@@ -68,9 +73,12 @@ def apply_rename(path: str, rules: list[tuple[re.Pattern[str], str]]) -> str:
     return path
 
 
-def align(a: Trace, b: Trace, rename: Mapping[str, str] | None = None) -> Alignment:
-    """Pair the calls of ``b`` with those of ``a``; see the module docstring."""
+def align(a: Trace, b: Trace, rename: Mapping[str, str] | None = None,
+          flows: tuple[Flow, Flow] | None = None) -> Alignment:
+    """Pair the calls of ``b`` with those of ``a``; see the module docstring. ``flows`` are the two traces'
+    data flows (built here when the alignment by call order needs them and none are given)."""
     rules = compile_rename(rename)
+    ambiguous: list[tuple[Node, Node]] = []
     pruned_a, pruned_b = _equalize_pruning(a, b)
     skip_a = {id(n) for n in pruned_a}
     skip_b = {id(n) for n in pruned_b}
@@ -80,7 +88,7 @@ def align(a: Trace, b: Trace, rename: Mapping[str, str] | None = None) -> Alignm
         pairs = _by_path(nodes_a, nodes_b, rules)
         method = "rename"
     else:
-        pairs = _by_sequence(nodes_a, nodes_b)
+        pairs, ambiguous = _by_sequence(nodes_a, nodes_b, flows or (Flow(a), Flow(b)))
         method = "sequence"
     matched_a = {id(x) for x, _ in pairs}
     matched_b = {id(y) for _, y in pairs}
@@ -91,6 +99,7 @@ def align(a: Trace, b: Trace, rename: Mapping[str, str] | None = None) -> Alignm
         pruned_a=pruned_a,
         pruned_b=pruned_b,
         method=method,
+        ambiguous=ambiguous,
     )
 
 
@@ -125,122 +134,78 @@ def _by_path(nodes_a: list[Node], nodes_b: list[Node], rules) -> list[tuple[Node
 
 
 # -- by sequence -----------------------------------------------------------------
-class _Features:
-    """What a call looks like, precomputed once for the pair scores."""
-
-    __slots__ = (
-        "node",
-        "leaf",
-        "ins",
-        "main_in",
-        "outs",
-        "out_shapes",
-        "numbers",
-        "name",
-        "tokens",
-        "rel_path",
-        "passthrough",
-        "out_stats",
-        "in_stats",
-        "key",
-    )
-
-    def __init__(self, node: Node) -> None:
-        self.node = node
-        self.leaf = not node.children
-        tensors = node.tensors()
-        ins = [t for io, _, t in tensors if io == "input"]
-        outs = [t for io, _, t in tensors if io == "output"]
-        self.ins = tuple(sorted((t.shape, dtype_kind(t.dtype)) for t in ins))
-        floats = [t for t in ins if t.mean is not None]
-        first = floats[0] if floats else (ins[0] if ins else None)
-        self.main_in = (first.shape, dtype_kind(first.dtype)) if first is not None else None
-        self.outs = tuple((t.shape, t.dtype) for t in outs)
-        self.out_shapes = tuple(t.shape for t in outs)
-        self.numbers = path_numbers(node.module_path)
-        self.name = node.name if node.parent is not None else ""
-        self.tokens = frozenset(tok.lower() for tok in _TOKEN.findall(self.name))
-        self.rel_path = node.module_path.split(".", 1)[1] if "." in node.module_path else ""
-        self.passthrough = self.leaf and len(ins) == 1 and len(outs) == 1 and _same_values(ins[0], outs[0])
-        self.out_stats = tuple(_rounded(t) for t in outs)
-        self.in_stats = _rounded(first) if first is not None else None
-        self.key = (self.leaf, self.out_shapes, self.ins, self.numbers, self.name)
-
-
-def _same_values(x, y) -> bool:
-    """True when a call's output evidently is its input (an identity, a dropout in eval mode)."""
-    if x.shape != y.shape or x.dtype != y.dtype:
-        return False
-    if x.stats:
-        return x.stats == y.stats
-    return x.lines is not None and x.lines == y.lines
-
-
-def _rounded(tensor) -> tuple | None:
-    """The stat strings of a tensor (equal strings: equal values to 5 digits), or None without stats."""
-    if tensor is None or not tensor.stats:
-        return None
-    stats = tensor.stats
-    return (stats.get("mean"), stats.get("std"), stats.get("min"), stats.get("max"))
-
-
-def pair_score(x: _Features, y: _Features) -> float | None:
-    """How well call ``y`` of b stands for call ``x`` of a; None when it cannot."""
-    score = 0.0
-    if x.leaf and y.leaf:
-        if x.out_shapes != y.out_shapes:
-            return None
-        score += 4.0 if x.outs else 1.0
-        if x.outs != y.outs:
-            score -= 1.0  # same shapes, other dtypes (e.g. a bf16 port)
-    elif x.leaf != y.leaf:  # a leaf never stands for a call with children
-        return None
-    if x.passthrough != y.passthrough:  # an identity/dropout never stands for a computation
-        return None
-    if x.ins and y.ins:  # the same computation starts from tensors of the same shapes
-        common = len(set(x.ins) & set(y.ins))
-        if common == 0:
-            return None
-        score += common / len(set(x.ins) | set(y.ins))
-    if x.main_in is not None and y.main_in is not None and x.main_in[0] == y.main_in[0]:
-        score += 1.0 if x.leaf else 2.0
-    k = min(len(x.numbers), len(y.numbers))
-    if k:
-        if x.numbers[:k] != y.numbers[:k]:
-            return None
-        score += 3.0 if len(x.numbers) == len(y.numbers) else 1.0
-    elif x.numbers or y.numbers:
-        score -= 0.5
-    if x.rel_path and x.rel_path == y.rel_path:
-        score += 3.0
-    elif x.name and x.name == y.name:
-        score += 2.0
-    elif x.tokens and y.tokens:
-        score += len(x.tokens & y.tokens) / len(x.tokens | y.tokens)
-    if x.out_stats and x.out_stats == y.out_stats and None not in x.out_stats:
-        score += 1.5
-    if x.in_stats is not None and x.in_stats == y.in_stats:
-        score += 0.5
-    return score if score >= _MIN_SCORE else None
-
-
-def _by_sequence(nodes_a: list[Node], nodes_b: list[Node]) -> list[tuple[Node, Node]]:
+def _by_sequence(nodes_a: list[Node], nodes_b: list[Node], flows: tuple[Flow, Flow]
+                 ) -> tuple[list[tuple[Node, Node]], list[tuple[Node, Node]]]:
     if not nodes_a or not nodes_b:
-        return []
+        return [], []
     pairs = [(nodes_a[0], nodes_b[0])]  # the roots
-    fa = [_Features(n) for n in nodes_a[1:]]
-    fb = [_Features(n) for n in nodes_b[1:]]
+    fa = features(nodes_a[1:], flows[0])
+    fb = features(nodes_b[1:], flows[1])
     seg_a, seg_b = _segments(fa), _segments(fb)
     for part_a, part_b in _match_segments(seg_a, seg_b):
         pairs.extend(_align_run(part_a, part_b))
+    pairs, ambiguous = settle_ambiguous(pairs, fa, fb, flows)
     order = {id(n): i for i, n in enumerate(nodes_a)}
     pairs.sort(key=lambda pair: order[id(pair[0])])
-    return pairs
+    return pairs, ambiguous
 
 
-def _segments(features: list[_Features]) -> list[tuple[int | None, list[_Features]]]:
+def settle_ambiguous(pairs: list[tuple[Node, Node]], fa: list[CallFeatures], fb: list[CallFeatures],
+                     flows: tuple[Flow, Flow]) -> tuple[list[tuple[Node, Node]], list[tuple[Node, Node]]]:
+    """Find pairs an unmatched call under the same parent scores at least as well for; let values decide those.
+
+    Calls matched elsewhere are not rivals: the order of calls settled them (k_proj before v_proj).
+    """
+    by_a = {id(f.node): f for f in fa}
+    by_b = {id(f.node): f for f in fb}
+    b_of = {id(x): y for x, y in pairs}
+    taken_a = {id(x) for x, _ in pairs}
+    taken_b = {id(y) for _, y in pairs}
+    alone_a: dict[int, list[CallFeatures]] = {}
+    alone_b: dict[int, list[CallFeatures]] = {}
+    for group, side, taken in ((alone_a, fa, taken_a), (alone_b, fb, taken_b)):
+        for f in side:
+            if id(f.node) not in taken:
+                group.setdefault(id(f.node.parent), []).append(f)
+    ambiguous = []
+    for position, (x, y) in enumerate(pairs):
+        fx, fy = by_a.get(id(x)), by_b.get(id(y))
+        mine = pair_score(fx, fy) if fx is not None and fy is not None and x.parent is not None else None
+        if mine is None:
+            continue
+        parent = b_of.get(id(x.parent))
+        rivals_b = [f.node for f in alone_b.get(id(parent), []) if id(f.node) not in taken_b
+                    and (s := pair_score(fx, f)) is not None and s >= mine]
+        rivals_a = [f.node for f in alone_a.get(id(x.parent), []) if id(f.node) not in taken_a
+                    and (s := pair_score(f, fy)) is not None and s >= mine]
+        if not rivals_a and not rivals_b:
+            continue
+        best_y = min([y, *rivals_b], key=lambda other: _value_distance(x, other, flows))
+        best_x = min([x, *rivals_a], key=lambda other: _value_distance(other, best_y, flows))
+        taken_a.symmetric_difference_update({id(x), id(best_x)} if best_x is not x else set())
+        taken_b.symmetric_difference_update({id(y), id(best_y)} if best_y is not y else set())
+        pairs[position] = (best_x, best_y)
+        ambiguous.append((best_x, best_y))
+    return pairs, ambiguous
+
+
+def _value_distance(x: Node, y: Node, flows: tuple[Flow, Flow]) -> float:
+    """How far apart the first outputs (else inputs) of two calls are: the last tie-break of the alignment."""
+    for io in ("output", "input"):
+        mine, theirs = flows[0].slots(x, io), flows[1].slots(y, io)
+        if mine and theirs and mine[0].tensor.shape == theirs[0].tensor.shape:
+            a, b = flows[0].cache.load(mine[0].tensor), flows[1].cache.load(theirs[0].tensor)
+            if a is not None and b is not None:
+                return float((b.double() - a.double()).norm() / a.double().norm().clamp_min(1e-300))
+            sa, sb = mine[0].tensor, theirs[0].tensor
+            if sa.mean is not None and sb.mean is not None and sa.std is not None and sb.std is not None:
+                return abs(sa.mean - sb.mean) + abs(sa.std - sb.std)
+    return float("inf")
+
+
+def _segments(features: list[CallFeatures]) -> list[tuple[int | None, list[CallFeatures]]]:
     """Consecutive calls grouped by the layer they belong to (None outside layers)."""
-    segments: list[tuple[int | None, list[_Features]]] = []
+    segments: list[tuple[int | None, list[CallFeatures]]] = []
     for f in features:
         layer = layer_number(f.node.module_path)
         if segments and segments[-1][0] == layer:
@@ -250,7 +215,7 @@ def _segments(features: list[_Features]) -> list[tuple[int | None, list[_Feature
     return segments
 
 
-def _match_segments(seg_a, seg_b) -> list[tuple[list[_Features], list[_Features]]]:
+def _match_segments(seg_a, seg_b) -> list[tuple[list[CallFeatures], list[CallFeatures]]]:
     """Pair segments with equal layer numbers in order (a longest common subsequence).
 
     Unpaired segments are aligned together with their neighbours, so a layer-less
@@ -277,7 +242,7 @@ def _match_segments(seg_a, seg_b) -> list[tuple[list[_Features], list[_Features]
     return runs
 
 
-def _align_run(fa: list[_Features], fb: list[_Features]) -> list[tuple[Node, Node]]:
+def _align_run(fa: list[CallFeatures], fb: list[CallFeatures]) -> list[tuple[Node, Node]]:
     if not fa or not fb:
         return []
     # Identical-looking runs (same model twice, another dtype, ...) pair up one to one.
@@ -288,7 +253,7 @@ def _align_run(fa: list[_Features], fb: list[_Features]) -> list[tuple[Node, Nod
     return _dp(fa, fb)
 
 
-def _dp(fa: list[_Features], fb: list[_Features]) -> list[tuple[Node, Node]]:
+def _dp(fa: list[CallFeatures], fb: list[CallFeatures]) -> list[tuple[Node, Node]]:
     """Global alignment maximizing the summed pair scores minus a cost per unmatched call."""
     n, m = len(fa), len(fb)
     neg = float("-inf")
@@ -331,7 +296,7 @@ def _dp(fa: list[_Features], fb: list[_Features]) -> list[tuple[Node, Node]]:
     return pairs
 
 
-def _greedy(fa: list[_Features], fb: list[_Features]) -> list[tuple[Node, Node]]:
+def _greedy(fa: list[CallFeatures], fb: list[CallFeatures]) -> list[tuple[Node, Node]]:
     """Linear-time fallback for huge layer-less stretches: walk both, matching within a window."""
     pairs = []
     j = 0

@@ -2,7 +2,12 @@
 
 ``compare`` aligns the calls of ``b`` with those of ``a`` (the reference; see
 ``align.py``), compares every aligned tensor pair (``pairing.py``, ``metrics.py``)
-and finds the first divergence (``divergence.py``).
+and finds where a difference is born: with full tensors on both sides, by separating
+each call's own difference from what it inherited and judging it against rounding
+(``files_verdict.py``, ``born.py``; ``method == "files"``); with printed values or stats,
+a tensor-parallel side, or an explicit ``rtol``/``atol``, by the per-element tolerance
+(``divergence.py``; ``method == "tolerance"``). ``b`` may also be a live ``nn.Module``:
+then it is traced and replayed on the reference's inputs (``live.py``; ``method == "replay"``).
 """
 
 from __future__ import annotations
@@ -19,7 +24,9 @@ from ..core.trace import Trace
 from .align import Alignment, align
 from .divergence import FirstDivergence, first_divergence
 from .evidence import CallDifference
+from .flow import Flow, TensorCache
 from .metrics import TensorDiff
+from .noise import PairStats, dtype_name, padding_rows
 from .notes import MIN_COVERAGE, comparison_notes
 from .pairing import compile_ignore
 from .ranked import call_comparer, ranked_rename
@@ -28,6 +35,9 @@ from .weights import WeightFinding, compare_parameters
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas
+
+    from .files_verdict import FileVerdict
+    from .findings import Verdict
 
 
 @dataclass
@@ -62,7 +72,8 @@ class Comparison:
     """The comparison of trace ``b`` against the reference ``a``; see ``nbtrace.compare``."""
 
     def __init__(
-        self, a: Trace, b: Trace, alignment: Alignment, matches: list[Match], rtol, atol, rename, ignore=None
+        self, a: Trace, b: Trace, alignment: Alignment, matches: list[Match], rtol, atol, rename, ignore=None,
+        flows: tuple[Flow, Flow] | None = None, measured: PairStats | None = None,
     ) -> None:
         self.a = a
         self.b = b
@@ -76,7 +87,39 @@ class Comparison:
         self._pruned_a = {id(n) for n in alignment.pruned_a}
         self._report: list[dict[str, Any]] | None = None
         self._weights: list[WeightFinding] | None = None
-        self.first_divergence: FirstDivergence | None = first_divergence(self)
+        self._flows = flows
+        self._measured = measured
+        #: how the first divergence was found: "files" (full tensors: own vs inherited difference against
+        #: rounding), "replay" (the port run on the reference's inputs) or "tolerance" (per-element tolerance)
+        self.method = "tolerance"
+        #: calls that came close to a flag without reaching it: (module path in a, score), closest first
+        self.suspects: list[tuple[str, float]] = []
+        #: what replay did (``live.ReplayReport``), when b was a live module
+        self.replay = None
+        self.first_divergence: FirstDivergence | None = None
+        self._judge: FileVerdict | None = None  # the verdict from files, kept for replay
+        self._files_verdict: Verdict | None = None
+        if self._noise_aware():
+            from .born import judge_from_files
+
+            self.method = "files"
+            self._judge = judge_from_files(self)
+        else:
+            self.first_divergence = first_divergence(self)
+
+    def _noise_aware(self) -> bool:
+        """Full tensors on both sides, one rank each, no tolerance given: the verdict judges against rounding."""
+        if self.rtol is not None or self.atol is not None or self.a.ranks or self.b.ranks:
+            return False
+        bases = {d.basis for m in self.matches for d in m.diffs if d.basis and d.basis != "shape"}
+        return bases == {"tensors"}
+
+    @property
+    def flows(self) -> tuple[Flow, Flow]:
+        """The data flow of each trace (``flow.py``), made on first use."""
+        if self._flows is None:
+            self._flows = (Flow(self.a), Flow(self.b))
+        return self._flows
 
     # -- the public view ------------------------------------------------------------
     @property
@@ -106,6 +149,15 @@ class Comparison:
         if self.first_divergence is not None:
             return "diverge"
         return "agree" if self.compared > 0 and self.coverage >= MIN_COVERAGE else "unresolved"
+
+    @property
+    def resolution(self) -> str | None:
+        """The dtype whose rounding bounds a noise-aware verdict (the coarsest compared: "bfloat16"), or
+        None when each tensor was judged by a per-element tolerance (``method == "tolerance"``)."""
+        if self.method == "tolerance":
+            return None
+        units = [m.difference.unit for m in self.matches if m.difference is not None]
+        return dtype_name(max(units)) if units and max(units) > 0 else "float"
 
     @property
     def coverage(self) -> float:
@@ -195,10 +247,14 @@ def compare(
     """
     a = load_trace(a)
     b = load_trace(b)
-    compare_pair = call_comparer(a, b, rtol, atol, compile_ignore(ignore))
     by_path = ranked_rename(a, b) if rename is None else None
-    alignment = align(a, b, rename if by_path is None else by_path)
+    flows = (Flow(a), Flow(b)) if rename is None and by_path is None else None
+    measured = None
+    if rtol is None and atol is None and not (a.ranks or b.ranks):  # the noise-aware verdict may follow
+        measured = PairStats(padding_rows(a, flows[0].cache if flows else TensorCache()), flows[0] if flows else None)
+    compare_pair = call_comparer(a, b, rtol, atol, compile_ignore(ignore), measured.record if measured else None)
+    alignment = align(a, b, rename if by_path is None else by_path, flows)
     if by_path is not None:
         alignment.method = "module path"
     matches = [Match(x, y, compare_pair(x, y)) for x, y in alignment.pairs]
-    return Comparison(a, b, alignment, matches, rtol, atol, rename, ignore)
+    return Comparison(a, b, alignment, matches, rtol, atol, rename, ignore, flows, measured)

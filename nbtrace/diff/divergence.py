@@ -91,7 +91,7 @@ class FirstDivergence:
 
 
 class _Event:
-    __slots__ = ("node", "io", "verdict")
+    __slots__ = ("io", "node", "verdict")
 
     def __init__(self, node: Node, io: str, verdict: bool | None) -> None:
         self.node = node
@@ -150,7 +150,7 @@ def first_divergence(comparison: Comparison) -> FirstDivergence | None:
     assert seen_match is not None
     failing = [d for d in seen_match.diffs if d.io == event.io and d.ok is False]
     worst = max(failing, key=lambda d: (d.score if d.score is not None else -1.0))
-    unobserved, pruned_nodes = _unobserved(comparison, events, good, bad, culprit, seen)
+    unobserved, pruned_nodes = unobserved_between(comparison, events, good, bad, culprit, seen)
     pruned = _pruned_range(comparison, pruned_nodes, gap)
     result = FirstDivergence(
         module_path=culprit.module_path,
@@ -172,13 +172,14 @@ def first_divergence(comparison: Comparison) -> FirstDivergence | None:
         exact=pruned is None,
         unobserved=unobserved,
         pruned=pruned,
-        b_only_between=_b_only_between(comparison, events, good, bad),
+        b_only_between=b_only_between(comparison, events, good, bad),
         earlier=_earlier_hints(comparison, events, bad),
         rule=getattr(worst, "rule", None),
         wrong_ranks=dict(getattr(worst, "wrong_ranks", {})),
     )
     result.reason = _reason(result, how, seen, culprit)
     result.evidence = [_tolerance_evidence(worst)]
+    result.confidence = "likely"  # a per-element tolerance cannot tell what a call added from what it inherited
     inside = {n.module_path for n in culprit.walk()}
     result.weights = [w for w in comparison.weights if w.serious and w.module_path in inside]
     return result
@@ -218,7 +219,7 @@ def _root(node: Node) -> Node:
     return node
 
 
-def _unobserved(comparison, events, good, bad, culprit, seen) -> tuple[list[str], list[Node]]:
+def unobserved_between(comparison, events, good, bad, culprit, seen) -> tuple[list[str], list[Node]]:
     """a's calls that ran between the two events without anything compared (outermost ones)."""
     found: list[Node] = []
     pruned: list[Node] = []
@@ -249,7 +250,7 @@ def _pruned_range(comparison, pruned_nodes: list[Node], gap) -> tuple[str, str] 
     return None
 
 
-def _b_only_between(comparison, events, good, bad) -> list[str]:
+def b_only_between(comparison, events, good, bad) -> list[str]:
     """Calls of b, without a counterpart in a, that ran between the b counterparts of the two events."""
     index_b = {id(n): i for i, n in enumerate(comparison.b.nodes())}
 

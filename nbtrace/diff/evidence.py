@@ -39,8 +39,9 @@ class CallDifference:
     """How one aligned call differs: what it added and what it inherited, in units of the dtype's rounding.
 
     ``out`` is the relative RMS difference of its outputs, ``inherited`` that of the inputs it
-    could read, ``own`` the part its own code added beyond what a correct computation passes
-    on, all in units of ``unit`` (the unit roundoff of the dtype compared). ``score`` is its
+    could read (the largest), ``own`` the part its own code added (``√(out² − inherited²)``: what
+    is left when the inherited difference is passed on as it came; replayed: the whole of ``out``,
+    nothing being inherited), all in units of ``unit`` (the unit roundoff of the dtype compared). ``score`` is its
     best test's score (None when nothing was measured); ``evidence`` every test's numbers.
     """
 

@@ -28,10 +28,18 @@ from __future__ import annotations
 import functools
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from ..core.dtypes import is_float, short_dtype
 from ..core.tensor import STAT_NAMES, TensorValue
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+#: called with a TensorDiff and the two full tensors it was computed from
+Observer = Callable[["TensorDiff", Any, Any], None]
 
 #: dtype -> default (rtol, atol), relative to the largest magnitude of a's tensor.
 TOLERANCE: dict[str, tuple[float, float]] = {
@@ -101,9 +109,11 @@ class TensorDiff:
 
 
 def diff_tensors(
-    io: str, arg: str, b_arg: str, a: TensorValue, b: TensorValue, rtol: float | None, atol: float | None
+    io: str, arg: str, b_arg: str, a: TensorValue, b: TensorValue, rtol: float | None, atol: float | None,
+    observe: Observer | None = None,
 ) -> TensorDiff:
-    """Compare ``a`` (the reference) with ``b`` on the strongest basis both sides allow."""
+    """Compare ``a`` (the reference) with ``b`` on the strongest basis both sides allow; ``observe`` is handed
+    the result and both full tensors as loaded (the noise-aware verdict measures them in the same pass)."""
     result = TensorDiff(io, arg, b_arg, a.shape, b.shape, short_dtype(a.dtype), short_dtype(b.dtype))
     if a.shape != b.shape:
         result.basis = "shape"
@@ -114,7 +124,7 @@ def diff_tensors(
     result.rtol = r if rtol is None else rtol
     result.atol = t if atol is None else atol
     if a.ref is not None and b.ref is not None:
-        _full(result, a, b)
+        _full(result, a, b, observe)
         return result
     exact = not (is_float(a.dtype) and is_float(b.dtype))
     a_values, b_values = printed_numbers(a, exact), printed_numbers(b, exact)
@@ -133,12 +143,18 @@ def diff_tensors(
     return result
 
 
-def _full(result: TensorDiff, a: TensorValue, b: TensorValue) -> None:
-    import torch
-
+def _full(result: TensorDiff, a: TensorValue, b: TensorValue, observe: Observer | None = None) -> None:
     result.basis = "tensors"
     x = a.load()
     y = b.load()
+    _full_numbers(result, x, y)
+    if observe is not None:
+        observe(result, x, y)
+
+
+def _full_numbers(result: TensorDiff, x: torch.Tensor, y: torch.Tensor) -> None:
+    import torch
+
     if x.is_complex() or y.is_complex():
         x, y = torch.view_as_real(x.to(torch.complex128)), torch.view_as_real(y.to(torch.complex128))
     x = x.detach().to(torch.float64).reshape(-1)
@@ -183,11 +199,9 @@ def _printed(result: TensorDiff, xs: list[tuple[float, float]], ys: list[tuple[f
             result.problem = "NaN/inf at different places"
             return False
         d = abs(x - y)
-        if d > delta:
-            delta = d
+        delta = max(delta, d)
         beyond = d - max(ux, uy)
-        if beyond > excess:
-            excess = beyond
+        excess = max(excess, beyond)
         if beyond > floor:
             ok = False
         dot += x * y
@@ -248,7 +262,7 @@ def _ulp(match: re.Match[str]) -> float:
 def _stat_ulp(text: str | None) -> float:
     if not text:
         return 0.0
-    body = text[len("tensor(") :] if text.startswith("tensor(") else text
+    body = text.removeprefix("tensor(")
     match = _NUMBER.search(body)
     return _ulp(match) if match is not None and match.group(2) is not None else 0.0
 
@@ -262,8 +276,7 @@ def printed_numbers(tensor: TensorValue, exact: bool = False) -> list[tuple[floa
     if not lines:
         return None
     text = " ".join(lines)
-    if text.startswith("tensor("):
-        text = text[len("tensor(") :]
+    text = text.removeprefix("tensor(")
     tail = _TAIL.search(text)
     if tail is not None:
         text = text[: tail.start()]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..core.structure import has_pruning_gaps
+from .noise import dtype_name
 
 if TYPE_CHECKING:  # pragma: no cover
     from .comparison import Comparison
@@ -26,22 +27,61 @@ def comparison_notes(comparison: Comparison) -> list[str]:
     bases = {d.basis for m in comparison.matches for d in m.diffs if d.basis}
     if bases & {"printed", "stats"} and "tensors" not in bases:
         notes.append(
-            "values were compared as printed (use_repr=True: 5 significant digits, the edges of big tensors): "
+            "values were compared as printed (use_repr=True: 5 significant digits, the edges of big tensors), "
+            "each against a per-element tolerance, which cannot tell what a call added from what it inherited: "
             "trace with use_repr=False for full tensors, exact numbers and own vs inherited differences"
         )
+    elif comparison.method == "tolerance" and (comparison.rtol is not None or comparison.atol is not None):
+        notes.append("rtol/atol given: each tensor is judged against that per-element tolerance, which cannot tell "
+                     "what a call added from what it inherited (leave them out for the noise-aware verdict)")
+    notes.extend(verdict_notes(comparison))
     coverage = comparison.coverage
     if coverage < MIN_COVERAGE:
         notes.append(
             f"only {coverage:.0%} of a's calls could be aligned with b: too little to say that they agree "
             "(pass rename={regex: replacement} to pair calls by module path)"
         )
+    ambiguous = comparison.alignment.ambiguous
+    if ambiguous:
+        shown = ", ".join(f"{x.module_path} ↔ {y.module_path}" for x, y in ambiguous[:3])
+        notes.append(f"{len(ambiguous)} pair(s) of calls could not be told apart by structure and were paired by "
+                     f"their values ({shown}{'…' if len(ambiguous) > 3 else ''}): pass rename= to pair them by path")
     if comparison.rename is not None and comparison.alignment.method == "rename":
         from .align import align
 
-        without = len(align(comparison.a, comparison.b, None).pairs)
+        without = len(align(comparison.a, comparison.b, None, comparison.flows).pairs)
         if without > len(comparison.matches):
             notes.append(
                 f"rename aligned {len(comparison.matches)} calls, fewer than the {without} aligned without it: "
                 "check its patterns against b's module paths"
             )
+    return notes
+
+
+def verdict_notes(comparison: Comparison) -> list[str]:
+    """What the noise-aware verdict could not settle: replay's limits, an agreement only within rounding."""
+    notes = []
+    replay = comparison.replay
+    if replay is not None:
+        if replay.skipped:
+            path, why = next(iter(replay.skipped.items()))
+            notes.append(f"replayed {len(replay.replayed)} of {len(replay.replayed) + len(replay.skipped)} aligned "
+                         f"calls; not replayed: {len(replay.skipped)} (e.g. {path}: {why})")
+        if replay.note:
+            notes.append(replay.note)
+    if comparison.method == "tolerance" or comparison.first_divergence is not None or not comparison.matches:
+        return notes
+    units = [m.difference.unit for m in comparison.matches if m.difference is not None and m.difference.out]
+    if not units:
+        return notes
+    name = dtype_name(max(units))
+    reasons = []
+    if comparison.suspects:  # each view lists them (Comparison.suspects, "close to a flag")
+        reasons.append(f"{len(comparison.suspects)} call(s) came close to a flag")
+    if comparison.method == "files" and name in ("bfloat16", "float16"):
+        reasons.append(f"an error smaller than one {name} rounding per element (an activation approximation such as "
+                       "GELU tanh vs exact) is not resolved from files: compare(a, port_module) replays each module "
+                       "on a's inputs")
+    if reasons:
+        notes.append(f"agree within what {name} resolves ({'; '.join(reasons)})")
     return notes

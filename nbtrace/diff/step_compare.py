@@ -14,6 +14,8 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from torch import nn
+
 from ..core.forwards import forward_sources, holds_several_forwards
 from ..core.generation import CacheFacts, cache_facts, fed_tokens, input_length, picked_tokens, token_margins
 from ..core.load import load_trace
@@ -74,6 +76,7 @@ def compare(
     atol: float | None = None,
     ignore: str | None = None,
     check_cache: bool = True,
+    replay: bool | str = True,
     **options: Any,
 ) -> Comparison | StepsComparison:
     """Compare ``b`` against the reference ``a``: a Comparison for two single forwards, else a StepsComparison.
@@ -87,8 +90,19 @@ def compare(
     each step's KV cache update too (a cache one layer forgets to update is named in the
     step it happens, not one step later). ``rename``, ``rtol``, ``atol``, ``ignore`` (and
     any other keyword of ``comparison.compare``) apply to each pair of forwards.
+
+    ``b`` may be the port itself, a live ``nn.Module`` (``a`` one forward with full tensors): it is run on
+    a's recorded top-level inputs, traced, and each aligned module is replayed on the inputs a recorded
+    for that call (``live.py``); ``replay`` limits that ("leaves", "all"; False: the verdict from files).
     """
     options.update(rename=rename, rtol=rtol, atol=atol, ignore=ignore)
+    if isinstance(b, nn.Module):
+        if holds_several(a):
+            raise ValueError("a live port can be compared with one forward of the reference; for several "
+                             "(generate), trace the port too and compare the two runs")
+        from .live import compare_live
+
+        return compare_live(a, b, replay=replay, **options)
     if holds_several(a) or holds_several(b):
         return compare_steps(a, b, check_cache=check_cache, **options)
     return compare_forward(a, b, **options)

@@ -49,11 +49,14 @@ class WeightFinding:
 def compare_parameters(
     pairs: Iterable[tuple[Node, Node]], a_section: dict[str, Any], b_section: dict[str, Any]
 ) -> list[WeightFinding]:
-    """Findings for every aligned pair of calls whose modules' tensors differ (each module once)."""
+    """Findings for every aligned pair of calls whose modules' tensors differ (each module once), and for the
+    modules of layer blocks that pruning kept out of both traces (paired through their kept neighbours)."""
     findings: list[WeightFinding] = []
     seen: set[tuple[str, str]] = set()
-    for x, y in pairs:
-        key = (_module_of(x.module_path), _module_of(y.module_path))
+    pairs = list(pairs)
+    paths = [(x.module_path, y.module_path) for x, y in pairs] + pruned_paths(pairs, a_section, b_section)
+    for path_a, path_b in paths:
+        key = (_module_of(path_a), _module_of(path_b))
         if key in seen:
             continue
         seen.add(key)
@@ -62,6 +65,27 @@ def compare_parameters(
             continue
         findings.extend(_compare_module(key[0], key[1], mine, theirs))
     return findings
+
+
+def pruned_paths(pairs: list[tuple[Node, Node]], a_section: dict[str, Any],
+                 b_section: dict[str, Any]) -> list[tuple[str, str]]:
+    """Module paths of a and b inside layer blocks neither trace holds (pruned): ``prefix.N…`` of a with the
+    same ``N`` under b's prefix, the prefixes read from the layer blocks the two traces do pair."""
+    prefixes = {}
+    for x, y in pairs:
+        if x.is_layer_block and y.is_layer_block:
+            prefixes[x.module_path.rsplit(".", 1)[0]] = y.module_path.rsplit(".", 1)[0]
+    kept = {x.module_path for x, _ in pairs}
+    found = []
+    for path in a_section:
+        for prefix_a, prefix_b in prefixes.items():
+            if not path.startswith(prefix_a + "."):
+                continue
+            block = prefix_a + "." + path[len(prefix_a) + 1:].split(".", 1)[0]
+            other = prefix_b + path[len(prefix_a):]
+            if block not in kept and other in b_section:
+                found.append((path, other))
+    return found
 
 
 def _module_of(path: str) -> str:

@@ -79,6 +79,9 @@ def comparison_detail(comparison: Any, node: Node, entry: dict[str, Any], diverg
         said = verdict_words(comparison, divergence).divergence
         if said is not None and said.module_path == node.module_path:
             detail["divergence"] = dict(asdict(said), evidence=[e.line for e in said.evidence])
+            difference = detail["difference"]
+            if difference is not None and difference["evidence"] == detail["divergence"]["evidence"]:
+                difference["evidence"] = []  # the blamed call's evidence is the verdict's: shown once, with it
             detail["divergence"]["observed"] = _observed(comparison, first, node) if hasattr(first, "diffs") else None
     return detail
 

@@ -143,7 +143,10 @@ class TensorWords:
     reassembled: str
 
 
-def tensor_words(diff: TensorDiff, a: TensorValue | None, b: TensorValue | None) -> TensorWords:
+def tensor_words(diff: TensorDiff, a: TensorValue | None, b: TensorValue | None, *,
+                 by_tolerance: bool = True) -> TensorWords:
+    """The words of one tensor pair; ``by_tolerance`` False: the verdict judged it by where the difference
+    flows against the dtype's rounding, so no per-element tolerance is shown as if it had decided."""
     numbers = format_difference(diff).split("] ", 1)[-1] if diff.basis else (diff.problem or "")
     return TensorWords(
         io=diff.io,
@@ -155,7 +158,7 @@ def tensor_words(diff: TensorDiff, a: TensorValue | None, b: TensorValue | None)
         b_dtype=short_dtype(diff.b_dtype),
         basis=diff.basis or "-",
         numbers=numbers if diff.problem is None or diff.basis != "shape" else diff.problem,
-        tolerance=format_number(diff.rtol),
+        tolerance=format_number(diff.rtol) if by_tolerance else "-",
         verdict=TENSOR_VERDICT_WORDS[diff.ok],
         ok=diff.ok,
         a=_stats(a),
@@ -197,8 +200,9 @@ def call_words(comparison: Any, node: Node, entry: dict[str, Any]) -> CallWords:
     tensors: list[TensorWords] = []
     difference = None
     if match is not None:
-        tensors = [tensor_words(d, _tensor_at(node, d.io, d.arg), _tensor_at(match.b, d.io, d.b_arg))
-                   for d in match.diffs]
+        by_tolerance = getattr(comparison, "method", "tolerance") == "tolerance"
+        tensors = [tensor_words(d, _tensor_at(node, d.io, d.arg), _tensor_at(match.b, d.io, d.b_arg),
+                                by_tolerance=by_tolerance) for d in match.diffs]
         difference = difference_words(match.difference) if match.difference is not None else None
     situation = status
     if status == "diverged":

@@ -79,6 +79,7 @@ def comparison_frame(comparison: Comparison, order: str = "calls") -> pandas.Dat
                                             for m in matches)
     schema = SCHEMA + (DIFFERENCE_SCHEMA if with_difference else ()) + (EVIDENCE_SCHEMA if with_evidence else ())
     rows = Columns(schema)
+    seen_rows: set[int] = set()  # the row of the tensor where the first divergence was seen
     for i, (node, match) in enumerate(zip(comparison.a.nodes(), matches)):
         base = {
             "node": i,
@@ -96,6 +97,7 @@ def comparison_frame(comparison: Comparison, order: str = "calls") -> pandas.Dat
         for d in match.diffs:
             evidence = call_evidence
             if match is seen and (d.io, d.arg) == (first.io, first.arg):
+                seen_rows.add(len(rows.data["node"]))
                 evidence = "; ".join(e.line for e in verdict_words(comparison).divergence.evidence) or evidence
             rows.add(
                 **base,
@@ -127,7 +129,7 @@ def comparison_frame(comparison: Comparison, order: str = "calls") -> pandas.Dat
         rows.add(b_path=node.module_path, call_index=node.call_index, layer=node.layer, status="only_b")
     frame = rows.frame("Comparison.to_dataframe")
     if order == "difference":
-        frame = frame.iloc[_difference_order(rows, with_difference)].reset_index(drop=True)
+        frame = frame.iloc[_difference_order(rows, with_difference, seen_rows)].reset_index(drop=True)
     words = verdict_words(comparison)
     frame.attrs.update(verdict=words.verdict, headline=words.headline, notes=list(words.notes))
     return frame
@@ -150,18 +152,17 @@ def _call_columns(difference) -> dict:
             "unit": difference.unit, "call_score": difference.score, "evidence": evidence}
 
 
-def _difference_order(rows: Columns, with_difference: bool) -> list[int]:
+def _difference_order(rows: Columns, with_difference: bool, seen_rows: set[int]) -> list[int]:
     """Row positions, differing rows first (see ``comparison_frame``)."""
     data = rows.data
     count = len(data["node"])
 
     def key(k: int):
-        evidence = bool(data.get("evidence", [None] * count)[k]) and data["ok"][k] is False
         call_score = data["call_score"][k] if with_difference else None
         score = data["score"][k]
         differs = data["ok"][k] is False
         return (
-            not evidence,
+            k not in seen_rows,
             not differs,
             -(call_score if call_score is not None and call_score == call_score else -1.0),
             -(score if score is not None and score == score else -1.0),

@@ -175,3 +175,4 @@ def comparison_summary(comparison: Comparison, divergence: FirstDivergence | Non
     lines.extend(f"note: {note}" for note in words.notes)
     lines.extend(words.lines)
     return "\n".join(lines)
+

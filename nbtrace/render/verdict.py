@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from .shards import divergence_line
 from .vocabulary import (
+    AGREE_ROUNDING_SENTENCE,
     AGREE_SENTENCE,
     CONFIDENCE_WORDS,
     NOTHING_COMPARED,
@@ -199,7 +200,9 @@ def verdict_words(comparison: Any, divergence: Any = None) -> VerdictWords:
         words = divergence_words(first)
         headline = words.headline
     elif verdict == "agree":
-        words, headline = None, f"{VERDICT_WORDS['agree']}: {AGREE_SENTENCE}"
+        resolution = getattr(comparison, "resolution", None)
+        sentence = AGREE_ROUNDING_SENTENCE.format(dtype=resolution) if resolution else AGREE_SENTENCE
+        words, headline = None, f"{VERDICT_WORDS['agree']}: {sentence}"
     elif getattr(comparison, "compared", 1) == 0:
         words, headline = None, f"{VERDICT_WORDS['unresolved']}: {NOTHING_COMPARED}"
     else:

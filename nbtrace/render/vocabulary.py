@@ -79,6 +79,8 @@ VERDICT_MARKS = {"agree": "✓", "diverge": "✗", "unresolved": "?"}
 #: whose colour a verdict wears
 VERDICT_COLOURS = {"agree": "match", "diverge": "first", "unresolved": "diverged"}
 AGREE_SENTENCE = "every compared tensor is within tolerance"
+#: the noise-aware agreement: no call adds more than rounding in the coarsest dtype compared
+AGREE_ROUNDING_SENTENCE = "no call adds a difference beyond {dtype} rounding"
 NOTHING_COMPARED = "nothing could be compared (no aligned tensors with data on both sides)"
 CONFIDENCE_WORDS = {"certain": "certain", "likely": "likely"}
 #: calls the verdict found close to a flag without reaching it (``Comparison.suspects``)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 from playwright.sync_api import Page, expect
-from tests.models.contract import fill_contract, porter_comparison
+from tests.models.contract import porter_comparison
 from tests.models.ports import P
 
 from nbtrace.notebook.view import CSS, ESM, TraceView
@@ -47,6 +47,12 @@ def porter(tmp_path_factory):
     return porter_comparison(tmp_path_factory.mktemp("porter"))
 
 
+@pytest.fixture(scope="module")
+def tolerance(tmp_path_factory):
+    """The porter judged by a per-element tolerance (``rtol`` given): relative differences, no own vs inherited."""
+    return porter_comparison(tmp_path_factory.mktemp("tolerance"), rtol=1e-5)
+
+
 def open_view(comparison) -> TraceView:
     """The whole tree open, every row in the window."""
     view = TraceView(comparison, expand_depth=6)
@@ -73,7 +79,9 @@ def test_the_porter_reads_the_verdict_and_its_evidence(page, porter, artifacts):
     pane = page.locator(".nbt-detail .nbt-d-compare")
     expect(pane).to_contain_text("the difference is born here")
     expect(pane.locator(".nbt-d-reason")).to_have_text(porter.first_divergence.reason)
-    expect(pane.locator(".nbt-d-evidence")).to_contain_text("beyond the tolerance 1e-05 for float32")
+    expect(pane.locator(".nbt-d-evidence")).to_have_count(1)  # the blamed call's evidence is the verdict's: once
+    expect(pane.locator(".nbt-d-evidence")).to_contain_text("921 u of float32")
+    expect(pane.locator(".nbt-d-difference")).to_contain_text("own 921 u · inherited 0 u")
     expect(pane.locator(".nbt-d-observed")).to_contain_text("tolerance 1.00e-05")
     expect(pane.locator(".nbt-d-observed .nbt-ok-false")).to_have_text(["differs", "differs"])
     page.locator(".nbt-legend summary").click()
@@ -81,7 +89,8 @@ def test_the_porter_reads_the_verdict_and_its_evidence(page, porter, artifacts):
     page.screenshot(path=artifacts / "compare_esm_light.png", full_page=True)
 
 
-def test_the_difference_column_tells_the_o_proj_rows_apart(page, porter):
+def test_the_difference_column_tells_the_o_proj_rows_apart(page, tolerance):
+    porter = tolerance
     view = open_view(porter)
     mount(page, view)
     layer1 = row(page, f"{P}.layers.1.self_attn.o_proj")
@@ -158,12 +167,15 @@ def test_no_jump_marks_on_healthy_rows_and_no_nan_on_the_mask(page, porter):
     assert page.locator(".nbt-chip-nan").count() == 0
 
 
-def test_own_and_inherited_bars_where_the_contract_has_them(page, tmp_path):
-    view = open_view(fill_contract(porter_comparison(tmp_path)))
+def test_own_and_inherited_bars_where_the_verdict_measured_them(page, porter):
+    view = open_view(porter)
     mount(page, view)
     expect(page.locator(".nbt-columns .nbt-diff")).to_have_text("own (u)")
+    layer1 = row(page, f"{P}.layers.1.self_attn.o_proj")
     layer2 = row(page, f"{P}.layers.2.self_attn.o_proj")
     expect(layer2.locator(".nbt-diff-inherited")).to_have_count(1)
+    widths = [r.locator(".nbt-diff-inherited").evaluate("b => b.getBoundingClientRect().width") for r in (layer1, layer2)]
+    assert widths[1] > widths[0] + 10  # layer 2's o_proj adds nothing, but is handed the bug's difference
     layer2.click()
     expect(page.locator(".nbt-d-difference")).to_contain_text("own ")
     expect(page.locator(".nbt-d-difference")).to_contain_text(" u · inherited ")
@@ -177,7 +189,7 @@ def test_without_a_kernel_the_verdict_and_the_first_divergence_still_show(page, 
     page.evaluate(MOUNT.replace("window.pyDetail(msg.row).then((reply) => emit(\"msg:custom\", reply));", ""),
                   [ESM, CSS, state])
     expect(page.locator(".nbt-verdict")).to_contain_text("first divergence")
-    expect(page.locator(".nbt-d-evidence")).to_contain_text("tolerance")  # shipped with the payload
+    expect(page.locator(".nbt-d-evidence")).to_contain_text("magnitude")  # shipped with the payload
     row(page, f"{P}.layers.2.self_attn.o_proj").click()
     expect(page.locator(".nbt-detail")).to_contain_text("loading details")
     page.clock.run_for(6000)

@@ -1,0 +1,262 @@
+"""The noise-aware verdict from two trace files: where is a difference born, beyond rounding?
+
+Walk the producers of the reference's data flow (``flow.py``: leaves, a call's own code
+between its children, the code after a call, pruned layer blocks) in call order. For
+each tensor a producer made, compare b's counterpart with a's (padding rows left out)
+and separate what the producer *added* from what it *inherited* through the tensors it
+could read (``rounding.py``):
+
+- magnitude: the relative RMS difference ``e_out`` against ``√((K·e_in)² + (B·u)²)``;
+- coherence: a global scale, a dependence on the value, one feature much worse than the
+  rest, each net of the same statistic of its inputs;
+- weights: a parameter of the module that the sidecar's fingerprints show converted
+  wrongly (scaled, rounded through a narrower dtype, some rows off…), where the module's
+  output differs at all.
+
+The first producer with a score >= 1 is where the difference is born. None while the
+outputs still differ means "within rounding": no call adds more than the dtype's
+rounding can — an error smaller than that rounding may still hide (replay resolves it).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from ..core.dtypes import is_float
+from ..core.tensor import TensorValue
+from .evidence import Evidence
+from .findings import Finding, Verdict
+from .flow import Flow, Producer, Slot
+from .metrics import TensorDiff
+from .noise import DiffStats, PairStats, diff_stats, dtype_name, padding_rows, unit_roundoff
+from .rounding import B_CODE, B_INPUTS, B_LEAF, CERTAIN, K_CODE, K_LEAF, accumulation, coherence, magnitude
+from .weights import WeightFinding
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .comparison import Match
+
+#: weight findings that a correct conversion never shows, and the score each gives the module
+_WEIGHT_SCORES = {"transposed": 3.0, "shape": 3.0, "scaled": 3.0, "rows": 3.0, "columns": 3.0, "rounded": 3.0,
+                  "missing": 3.0, "perturbed": 2.0, "dtype": 2.0}
+UNKNOWN_INPUTS = "its inputs have no counterpart in b: what it inherited cannot be told from what it added"
+
+
+class FileVerdict:
+    """Judges every producer of a against b; ``verdict()`` is the answer, ``findings`` the details."""
+
+    def __init__(self, flows: tuple[Flow, Flow], matches: dict[int, Match],
+                 weights: list[WeightFinding] | None = None, measured: PairStats | None = None) -> None:
+        self.flow_a, self.flow_b = flows
+        self.matches = matches
+        self.measured = measured
+        self.valid = measured.valid_rows if measured else padding_rows(self.flow_a.trace, self.flow_a.cache)
+        self.weights: dict[str, list[WeightFinding]] = {}
+        for w in weights or []:
+            if w.serious:
+                self.weights.setdefault(w.module_path, []).append(w)
+        self._stats: dict[int, DiffStats | None] = {}
+        self._at: dict[int, DiffStats | None] = {}
+        self.findings: list[Finding] = []
+        self._done = False
+
+    # -- one tensor ----------------------------------------------------------------------
+    def place(self, slot: Slot) -> tuple[Slot, TensorDiff | None]:
+        """Where b's counterpart of ``slot`` is found, and the comparison's numbers there: the slot's own call,
+        else the first call that recorded the same values and has a counterpart (a fused projection leaves a's
+        gate_proj alone, but its output is act_fn's input)."""
+        for place in (slot, *self.flow_a.copies(slot)):
+            match = self.matches.get(id(place.node))
+            diff = next((d for d in match.diffs if d.io == place.io and d.arg == place.arg), None) if match else None
+            if diff is not None and diff.basis == "tensors":
+                return place, diff
+        return slot, None
+
+    def stats(self, slot: Slot) -> DiffStats | None:
+        """How b's counterpart of ``slot`` (found as ``place`` finds it) differs (None: no counterpart with full
+        values, or no elements)."""
+        key = id(slot.source)
+        if key not in self._stats:
+            place, diff = self.place(slot)
+            self._stats[key] = self.stats_at(place) if diff is not None else None
+        return self._stats[key]
+
+    def stats_at(self, place: Slot) -> DiffStats | None:
+        """How b's counterpart of the tensor at exactly this place differs."""
+        key = id(place)
+        if self.measured is not None and key not in self._at:
+            found = self.measured.found.get((id(place.node), place.io, place.arg))
+            if found is not None:
+                self._at[key] = found
+        if key not in self._at:
+            result = None
+            other = self._b_tensor(place)
+            if other is not None and other.shape == place.tensor.shape and len(other.shape) > 0:
+                x, y = self.flow_a.cache.load(place.tensor), self.flow_b.cache.load(other)
+                if x is not None and y is not None and x.numel() > 0:
+                    floats = is_float(place.tensor.dtype) and is_float(other.dtype)
+                    u = unit_roundoff(place.tensor.dtype, other.dtype) if floats else 0.0
+                    result = diff_stats(x, y, self.valid, u)
+            self._at[key] = result
+        return self._at[key]
+
+    def _b_tensor(self, place: Slot) -> TensorValue | None:
+        match = self.matches.get(id(place.node))
+        diff = next((d for d in match.diffs if d.io == place.io and d.arg == place.arg), None) if match else None
+        if diff is None or diff.basis != "tensors":
+            return None
+        assert match is not None
+        return next((t for io, arg, t in match.b.tensors() if io == place.io and arg == diff.b_arg), None)
+
+    def _broken(self, slot: Slot) -> TensorDiff | None:
+        """The comparison at this very place when it failed outright: another shape, NaN/inf elsewhere."""
+        match = self.matches.get(id(slot.node))
+        diff = next((d for d in match.diffs if d.io == slot.io and d.arg == slot.arg), None) if match else None
+        return diff if diff is not None and diff.ok is False and diff.problem is not None else None
+
+    def _broken_finding(self, producer: Producer, slot: Slot, diff: TensorDiff) -> Finding:
+        """A shape or NaN/inf mismatch: born here unless a tensor it read already failed the same way."""
+        handed = any(self._broken(copy) for s in producer.inputs for copy in self.flow_a.copies(s))
+        u = unit_roundoff(diff.dtype, diff.b_dtype)
+        stats = DiffStats(n=0, rel=math.inf, u=u, scale=0.0, scale_z=0.0, row_z=0.0, value_z=0.0, trend=0.0)
+        finding = Finding(producer.node, stats, math.inf if handed else 0.0, producer=producer, slot=slot)
+        what = self._what(producer, slot)
+        finding.evidence.append(Evidence(
+            "broken", math.inf, 0.0, 0.0 if handed else math.inf,
+            f"{what}: {diff.problem}" + (" (so does a tensor it reads)" if handed else "")))
+        return finding
+
+    # -- one producer --------------------------------------------------------------------
+    def judge(self, producer: Producer, slot: Slot) -> Finding | None:
+        """A fresh tensor of a: what its code added beyond what it was handed."""
+        broken = self._broken(slot)
+        if broken is not None:
+            return self._broken_finding(producer, slot, broken)
+        d = self.stats(slot)
+        if d is None:
+            return None
+        return self._finding(producer, slot, d, [])
+
+    def judge_passed(self, producer: Producer, slot: Slot) -> Finding | None:
+        """A tensor a merely handed on (the same values as earlier): did b change it on the way?"""
+        broken = self._broken(slot)
+        if broken is not None and self._broken(slot.source) is None:
+            return self._broken_finding(producer, slot, broken)
+        earlier, diff = self.place(slot.source)
+        if earlier is slot or diff is None:
+            return None
+        here, there = self._b_tensor(slot), self._b_tensor(earlier)
+        if here is None or there is None:
+            return None
+        if self.flow_b.cache.fingerprint(here) == self.flow_b.cache.fingerprint(there):
+            return None  # b handed on the same values too
+        d, before = self.stats_at(slot), self.stats(slot.source)
+        if d is None:
+            return None
+        return self._finding(producer, slot, d, [before] if before is not None else [])
+
+    def _finding(self, producer: Producer, slot: Slot, d: DiffStats, handed: list[DiffStats]) -> Finding:
+        readable = [s for s in producer.inputs if s.tensor.shape]
+        known = handed + [x for x in (self.stats(s) for s in readable if is_float(s.tensor.dtype)) if x is not None]
+        floats_read = any(is_float(s.tensor.dtype) for s in readable)
+        e_in = max((x.rel for x in known), default=0.0)
+        finding = Finding(producer.node, d, e_in, producer=producer, slot=slot)
+        if floats_read and not known:
+            finding.note = UNKNOWN_INPUTS
+        what = self._what(producer, slot)
+        if d.u == 0:  # integers and bools: equal, or made from inputs that already differ
+            if d.rel > 0:
+                score = 0.0 if e_in > 0 else math.inf
+                finding.evidence.append(Evidence(
+                    "exact", d.rel, 0.0, score,
+                    f"{what} differ (an integer or bool tensor)" + (", made from inputs that differ" if e_in else "")))
+            return finding
+        k, b = self._allowance(producer)
+        longest = max((s.tensor.shape[-1] for s in readable), default=1)
+        finding.evidence.append(magnitude(d, e_in, k, b + accumulation(longest, d.u), what))
+        finding.own = math.sqrt(max(d.rel**2 - e_in**2, 0.0))  # beyond what it was handed, passed on as is
+        if d.rel > 0 and producer.kind != "inputs":
+            finding.evidence.extend(coherence(d, known, what))
+            finding.evidence.extend(self._weight_evidence(producer))
+        return finding
+
+    @staticmethod
+    def _allowance(producer: Producer) -> tuple[float, float]:
+        if producer.kind == "leaf":
+            return K_LEAF, B_LEAF
+        if producer.kind == "inputs":
+            return 0.0, B_INPUTS
+        if producer.kind == "pruned" and producer.gap is not None:
+            return K_CODE, B_CODE * math.sqrt(producer.gap.last - producer.gap.first + 2)
+        return K_CODE, B_CODE
+
+    @staticmethod
+    def _what(producer: Producer, slot: Slot) -> str:
+        if slot.node is producer.node:
+            return f"its {slot.io}s ({slot.arg})"
+        return f"the {slot.io}s of {slot.node.module_path} ({slot.arg})"
+
+    def _weight_evidence(self, producer: Producer) -> list[Evidence]:
+        """Weights of the producer's module (of the pruned blocks, for pruned ones) that the fingerprints show
+        converted wrongly."""
+        if producer.kind in ("leaf", "glue"):
+            held = self.weights.get(producer.node.module_path, [])
+        elif producer.kind == "pruned" and producer.gap is not None:
+            gap = producer.gap
+            blocks = tuple(f"{gap.prefix}.{n}" for n in range(gap.first, gap.last + 1))
+            held = [w for path, found in self.weights.items() for w in found
+                    if path in blocks or path.startswith(tuple(b + "." for b in blocks))]
+        else:
+            return []
+        found = []
+        for w in held:
+            score = _WEIGHT_SCORES.get(w.kind, 2.0)
+            found.append(Evidence("weights", score, 1.0, score, f"{w.module_path}.{w.name}: {w.detail}", "weights"))
+        return found
+
+    # -- the whole trace -----------------------------------------------------------------
+    def run(self) -> list[Finding]:
+        if not self._done:
+            stretches = [(p.event, 0, p) for p in self.flow_a.producers]
+            stretches += [(p.event, 1, p) for p in self.flow_a.passers]
+            for _, passed, producer in sorted(stretches, key=lambda item: item[:2]):
+                for slot in producer.outputs:
+                    finding = self.judge_passed(producer, slot) if passed else self.judge(producer, slot)
+                    if finding is not None:
+                        self.findings.append(finding)
+            self._done = True
+        return self.findings
+
+    def _pruned_before(self, first: Finding) -> Finding | None:
+        """A finding that is only likely, after layer blocks pruning removed: it may as well be a difference born
+        in those blocks that stayed within their rounding and grew after them. The blocks are then named."""
+        if first.score >= CERTAIN or first.producer is None:
+            return None
+        gaps = [f for f in self.findings if f.producer is not None and f.producer.kind == "pruned"
+                and f.producer.event <= first.producer.event and f is not first]
+        if not gaps:
+            return None
+        top = first.top()
+        gaps[-1].note = (f"or in {first.node.module_path} after them, where a difference beyond rounding shows "
+                         f"({top.test if top else 'a'} test, {first.score:.2f} of its threshold)")
+        gaps[-1].evidence.extend(first.evidence)
+        return gaps[-1]
+
+    def verdict(self) -> Verdict:
+        findings = self.run()
+        first = next((f for f in findings if f.flagged), None)
+        if first is not None:
+            return Verdict("files", "diverge", self._pruned_before(first) or first, findings=findings)
+        if not findings:
+            return Verdict("files", "nothing", reason="no aligned float tensors with full values on both sides")
+        worst = max(findings, key=lambda f: f.stats.ulps if math.isfinite(f.stats.ulps) else 0.0)
+        if all(f.stats.rel == 0 for f in findings):
+            return Verdict("files", "equal", reason="every compared tensor is equal bit for bit", findings=findings)
+        last = findings[-1].stats
+        u = last.u or worst.stats.u
+        reason = (
+            f"the outputs differ by {last.ulps:.3g} u of {dtype_name(u)} (at most {worst.stats.ulps:.3g} u, at "
+            f"{worst.node.module_path}), and call by call no difference grows beyond what its inputs and "
+            f"{dtype_name(u)} rounding explain"
+        )
+        return Verdict("files", "rounding", reason=reason, findings=findings)

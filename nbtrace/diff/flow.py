@@ -1,0 +1,304 @@
+"""Data flow inside ONE trace: which code made each recorded tensor, and what that code could read.
+
+Read as a sequence of events (a call's inputs when it starts, a leaf's outputs when it
+ends), every recorded tensor either appeared before — the same values bit for bit,
+recognised by a content fingerprint *within this trace* — or is fresh. A fresh tensor
+was made by the code that ran since the previous event (a ``Producer``):
+
+- at a leaf's output event: the leaf (``"leaf"``);
+- at a call's input event right after a sibling with children ended: that sibling's own
+  code after its last child, or the parent's code between the two (``"after"``, e.g. a
+  residual add);
+- at a call's input event right after layer blocks that pruning removed: those blocks,
+  or the parent's code around them (``"pruned"``);
+- otherwise the own code of the innermost call holding both events (``"glue"``, e.g.
+  rotary and softmax inside an attention whose projections are modules);
+- the model's inputs (``"inputs"``).
+
+A producer knows the tensors it could have read: a leaf its inputs; other code
+everything recorded earlier inside its call (code after a call also the parent's
+inputs). Nothing here compares two traces, so the flow of a correct and of a buggy
+port is the same: it serves to align calls and to separate inherited from added
+differences.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections import OrderedDict
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from ..core.node import Node, PrunedGap
+from ..core.tensor import TensorValue
+from ..core.trace import Trace
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+#: loaded tensors kept for reuse (bytes); the least recently used go first
+CACHE_BYTES = 256 * 2**20
+_MAX_HELD = 8192  # and at most this many tensors
+
+
+class TensorCache:
+    """Loads recorded tensors (keeping the most recent ones) and fingerprints them."""
+
+    def __init__(self, limit: int = CACHE_BYTES) -> None:
+        self.limit = limit
+        self._loaded: OrderedDict[int, torch.Tensor] = OrderedDict()
+        self._size = 0
+        self._keys: dict[int, Hashable | None] = {}
+        self._files: dict[tuple[int, int, int], Hashable | None] = {}
+
+    def load(self, tensor: TensorValue) -> torch.Tensor | None:
+        """The full tensor, or None when the trace holds none (printed values, stats)."""
+        if tensor.ref is None:
+            return None
+        key = id(tensor)
+        if key in self._loaded:
+            self._loaded.move_to_end(key)
+            return self._loaded[key]
+        loaded = tensor.load()
+        size = loaded.numel() * loaded.element_size()
+        if size <= self.limit:
+            loaded = loaded.clone()  # its own memory: a file's mapping is not kept open (there may be 10,000s)
+            self._loaded[key] = loaded
+            self._size += size
+            while self._size > self.limit or len(self._loaded) > _MAX_HELD:
+                _, dropped = self._loaded.popitem(last=False)
+                self._size -= dropped.numel() * dropped.element_size()
+        return loaded
+
+    def fingerprint(self, tensor: TensorValue) -> Hashable | None:
+        """Equal fingerprints mean equal values: a hash of the tensor's file, else the printed lines, else the
+        stats."""
+        key = id(tensor)
+        if key in self._keys:
+            return self._keys[key]
+        head = (tensor.shape, tensor.dtype)
+        found: Hashable | None = None
+        file = _file_identity(tensor)
+        if file is not None and file in self._files:  # a tensor seen again is the same file, hard-linked
+            self._keys[key] = self._files[file]
+            return self._files[file]
+        data = _file_bytes(tensor)
+        if data is not None:
+            found = (*head, hashlib.blake2b(data, digest_size=16).digest())
+        elif tensor.lines is not None:
+            found = (*head, tuple(tensor.lines))
+        elif tensor.stats:
+            found = (*head, tuple(sorted(tensor.stats.items())))
+        self._keys[key] = found
+        if file is not None:
+            self._files[file] = found
+        return found
+
+
+def _file_bytes(tensor: TensorValue) -> bytes | None:
+    """The bytes of a tensor's safetensors file (equal files: equal values; the writers put nothing else in
+    them), or None without one. A missing, linked or foreign file raises as ``TensorValue.load`` does."""
+    if tensor.ref is None:
+        return None
+    path = tensor.path
+    if path is None or os.path.islink(path) or not path.is_file():
+        tensor.load()  # raises TraceFormatError, naming the problem
+    assert path is not None
+    return path.read_bytes()
+
+
+def _file_identity(tensor: TensorValue) -> tuple[int, int, int] | None:
+    """(device, inode, size) of a tensor's file: equal for the hard links nbtrace writes for a repeated tensor."""
+    path = tensor.path
+    if path is None:
+        return None
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return (info.st_dev, info.st_ino, info.st_size) if info.st_nlink > 1 else None
+
+
+@dataclass(eq=False)
+class Slot:
+    """One recorded tensor of one call (``io`` "input" or "output", ``arg`` its place name)."""
+
+    node: Node
+    io: str
+    arg: str
+    tensor: TensorValue
+    key: Hashable | None
+    event: int
+    origin: Slot | None = None  # the first slot with the same values (None: this one is fresh)
+    producer: Producer | None = None  # the code that made the values
+
+    @property
+    def source(self) -> Slot:
+        """The slot where these values first appeared (itself when fresh)."""
+        return self.origin or self
+
+    def __repr__(self) -> str:
+        return f"<Slot {self.node.module_path} {self.io} {self.arg} {list(self.tensor.shape)}>"
+
+
+@dataclass(eq=False)
+class Producer:
+    """A stretch of code that made fresh tensors: a leaf, a call's own code, code after a call, pruned blocks."""
+
+    node: Node
+    kind: str  # "leaf" | "glue" | "after" | "pruned" | "inputs"
+    event: int
+    outputs: list[Slot] = field(default_factory=list)
+    inputs: list[Slot] = field(default_factory=list)
+    gap: PrunedGap | None = None  # for "pruned": the layer blocks removed
+
+    def __repr__(self) -> str:
+        return f"<Producer {self.kind} {self.node.module_path} @{self.event}: {len(self.outputs)} out>"
+
+
+@dataclass
+class Event:
+    index: int
+    node: Node
+    io: str
+    slots: list[Slot]
+
+
+class Flow:
+    """The events, slots and producers of one trace, in call order."""
+
+    def __init__(self, trace: Trace, cache: TensorCache | None = None) -> None:
+        self.trace = trace
+        self.cache = cache or TensorCache()
+        self.events: list[Event] = []
+        self.span: dict[int, tuple[int, int]] = {}  # id(node) -> (input event, output event)
+        self.producers: list[Producer] = []
+        #: the same stretches of code for tensors that are repeats in this trace: the other trace may not
+        #: hand the same values on (a port that rebuilds position ids inside its model)
+        self.passers: list[Producer] = []
+        self._by_key: dict[Hashable, Slot] = {}
+        self._slots: dict[tuple[int, str, str], Slot] = {}
+        self._copies: dict[int, list[Slot]] = {}
+        self._gaps: dict[int, PrunedGap] = {}  # id(call) -> the pruned layer blocks right before it
+        for node in trace.nodes():
+            for gap in node.pruned_layers() if len(node.children) > 1 else ():
+                self._gaps[id(node.children[gap.position])] = gap
+        self._build()
+
+    # -- questions --------------------------------------------------------------------
+    def slots(self, node: Node, io: str | None = None) -> list[Slot]:
+        """The recorded tensors of one call (of ``io`` only, if given)."""
+        start, end = self.span[id(node)]
+        found = self.events[start].slots + (self.events[end].slots if end != start else [])
+        return [s for s in found if io is None or s.io == io]
+
+    def slot(self, node: Node, io: str, arg: str) -> Slot | None:
+        return self._slots.get((id(node), io, arg))
+
+    def copies(self, slot: Slot) -> list[Slot]:
+        """Every slot holding the same values as ``slot``, in call order (the fresh one first)."""
+        return self._copies.get(id(slot.source), [slot])
+
+    def call_output(self, node: Node) -> list[Slot]:
+        """What a call returned, as recorded: a leaf's outputs; for a call with children, the tensors fresh at
+        the next event after it (its caller's next input) and its last child's outputs."""
+        recorded = self.slots(node, "output")
+        if recorded:
+            return recorded
+        end = self.span[id(node)][1]
+        after = [s for s in self.events[end + 1].slots if s.origin is None] if end + 1 < len(self.events) else []
+        last = self.events[end - 1].slots if end > 0 and self.events[end - 1].io == "output" else []
+        return after + [s for s in last if s.io == "output"]
+
+    # -- building ---------------------------------------------------------------------
+    def _build(self) -> None:
+        stack: list[tuple[Node, bool]] = [(self.trace.root, False)]
+        while stack:
+            node, done = stack.pop()
+            if done:
+                self.span[id(node)] = (self.span[id(node)][0], len(self.events))
+                self._event(node, "output")
+                continue
+            self.span[id(node)] = (len(self.events), -1)
+            self._event(node, "input")
+            stack.append((node, True))
+            stack.extend((child, False) for child in reversed(node.children))
+        for producer in self.producers + self.passers:
+            producer.inputs = self._readable(producer)
+
+    def _event(self, node: Node, io: str) -> None:
+        index = len(self.events)
+        slots = []
+        for kind, arg, tensor in node.tensors():
+            if kind == io:
+                slot = Slot(node, io, arg, tensor, self.cache.fingerprint(tensor), index)
+                slots.append(slot)
+                self._slots[(id(node), io, arg)] = slot
+        event = Event(index, node, io, slots)
+        self.events.append(event)
+        producer: Producer | None = None
+        passer: Producer | None = None
+        for slot in slots:
+            earlier = self._by_key.get(slot.key) if slot.key is not None else None
+            if earlier is not None:
+                slot.origin = earlier.source
+                slot.producer = earlier.producer
+                self._copies[id(slot.origin)].append(slot)
+                if passer is None:
+                    passer = self._stretch(event)
+                    self.passers.append(passer)
+                passer.outputs.append(slot)
+                continue
+            self._copies[id(slot)] = [slot]
+            if producer is None:
+                producer = self._stretch(event)
+                self.producers.append(producer)
+            slot.producer = producer
+            producer.outputs.append(slot)
+            if slot.key is not None:
+                self._by_key[slot.key] = slot
+
+    def _stretch(self, event: Event) -> Producer:
+        """The code that ran since the previous event (see the module docstring)."""
+        node = event.node
+        if event.io == "output":  # a leaf, or the root's code after its last child
+            kind = "leaf" if not node.children else "glue"
+            producer = Producer(node, kind, event.index)
+        elif event.index == 0:
+            producer = Producer(node, "inputs", 0)
+        elif id(node) in self._gaps and node.parent is not None:
+            producer = Producer(node.parent, "pruned", event.index, gap=self._gaps[id(node)])
+        else:
+            previous = self.events[event.index - 1]
+            if previous.io == "output" and previous.node.children and previous.node.parent is node.parent:
+                producer = Producer(previous.node, "after", event.index)
+            else:
+                producer = Producer(innermost(previous.node, node), "glue", event.index)
+        return producer
+
+    def _readable(self, producer: Producer) -> list[Slot]:
+        if producer.kind == "leaf":
+            return [s.source for s in self.slots(producer.node, "input")]
+        if producer.kind == "inputs":
+            return []
+        start = self.span[id(producer.node)][0]
+        events = self.events[start : producer.event]
+        if producer.kind == "after" and producer.node.parent is not None:  # a residual add reads the parent's inputs
+            events = [self.events[self.span[id(producer.node.parent)][0]], *events]
+        seen: dict[int, Slot] = {}
+        for event in events:
+            for slot in event.slots:
+                seen.setdefault(id(slot.source), slot.source)
+        return list(seen.values())
+
+
+def innermost(x: Node, y: Node) -> Node:
+    """The innermost call holding both ``x`` and ``y`` (either may be it)."""
+    chain = {id(n) for n in (x, *x.ancestors())}
+    walker: Node | None = y
+    while walker is not None and id(walker) not in chain:
+        walker = walker.parent
+    assert walker is not None, "two calls of one trace share its root"
+    return walker

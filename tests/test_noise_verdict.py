@@ -1,0 +1,86 @@
+"""The noise-aware verdict at its edges: a NaN a port makes is born where it first appears (not judged as rounding), a
+difference born inside layer blocks that pruning removed is named as "between" the blocks kept around them, and an
+evidence sentence claims only what its score shows."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+import nbtrace
+from tests.models.precision import BUGS, DTYPES, P, build_reference, make_inputs, one_thread, sdpa_port, trace_model  # noqa: F401
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b, self.c = nn.Linear(8, 16), nn.Linear(16, 16), nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.c(torch.relu(self.b(self.a(x))))
+
+
+class NaNPort(Net):
+    def forward(self, x):
+        h = self.b(self.a(x)).clone()
+        h[0, 0] = float("nan")  # the port's own code, between b and c
+        return self.c(torch.relu(h))
+
+
+def _traced(model, folder, x):
+    with nbtrace.trace(model, debug_path=folder, use_repr=False, do_prune_layers=False):
+        model(x)
+    return nbtrace.load_trace(folder)
+
+
+def test_a_nan_is_born_where_it_first_appears(tmp_path):
+    torch.manual_seed(0)
+    x = torch.randn(64, 8)
+    reference = Net().eval()
+    a = _traced(reference, tmp_path / "a", x)
+    port = NaNPort().eval()
+    port.load_state_dict(reference.state_dict())
+    c = nbtrace.compare(a, _traced(port, tmp_path / "nan", x))
+    first = c.first_divergence
+    assert (first.module_path, first.observed_path, first.io) == ("Net", "Net.c", "input"), c.summary()
+    assert first.evidence[0].test == "broken" and "NaN/inf" in first.reason
+
+
+def test_a_bug_in_pruned_layers_is_named_between_the_kept_blocks(tmp_path):
+    reference = build_reference(DTYPES["fp16"])
+    inputs = make_inputs()
+    a = trace_model(reference, tmp_path / "a", inputs, prune=True)
+    port = sdpa_port(reference)
+    BUGS["down_scale"].inject(port)  # layer 2 of 0..3: pruned
+    c = nbtrace.compare(a, trace_model(port, tmp_path / "b", inputs, prune=True))
+    first = c.first_divergence
+    assert first.module_path == P and not first.exact
+    assert first.pruned == (f"{P}.layers.1", f"{P}.layers.2")
+    assert first.reason.startswith(f"born between {P}.layers.0 and {P}.layers.3")
+    assert "trace with do_prune_layers=False to see which" in first.reason
+    assert [w.module_path for w in first.weights] == [f"{P}.layers.2.mlp.down_proj"]  # the fingerprints tell
+    clean = nbtrace.compare(a, trace_model(sdpa_port(reference), tmp_path / "clean", inputs, prune=True))
+    assert clean.verdict == "agree"
+
+
+class ScaledPort(Net):
+    def forward(self, x):
+        return self.c(torch.relu(self.b(self.a(x)) * 1.01))  # a scale off by 1% after b
+
+
+def test_an_evidence_sentence_says_what_its_numbers_show(tmp_path):
+    torch.manual_seed(0)
+    x = torch.randn(4096, 8)
+    reference = Net().eval()
+    a = _traced(reference, tmp_path / "a", x)
+    port = ScaledPort().eval()
+    port.load_state_dict(reference.state_dict())
+    c = nbtrace.compare(a, _traced(port, tmp_path / "b", x))
+    scale = next(e for e in c.first_divergence.evidence if e.test == "scale")
+    assert scale.score >= 1 and "b is the reference times (1+0.01)" in scale.sentence
+    assert "rounding has no preferred direction" in scale.sentence
+    weak = [e for m in c.matches if m.difference is not None for e in m.difference.evidence if e.score < 1]
+    assert any(e.test in ("scale", "values") for e in weak)
+    for e in weak:  # a test that found nothing does not claim a finding
+        assert "depends on the value" not in e.sentence and "preferred direction" not in e.sentence, e.sentence
+        assert e.test not in ("scale", "values") or "beyond rounding" in e.sentence, e.sentence
