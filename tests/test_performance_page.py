@@ -21,7 +21,7 @@ PAGE = REPO / "docs" / "performance.md"
 BEGIN = "<!-- benchmark output: python benchmarks/bench_trace.py -->"
 END = "<!-- end of benchmark output -->"
 NUMBER = re.compile(r"\d+(?:\.\d+)?")
-HEADER = re.compile(r"torch \S+, \d+ threads, \d+ cpus, (?P<rounds>\d+) rounds")
+HEADER = re.compile(r"torch \S+, \d+ threads, \d+ cpus, (?P<rounds>\d+) rounds(?:, (?P<clock>\w+) clock)?")
 ROW = re.compile(r"^\| (?P<label>[^|]+?) \| (?P<ms>[\d.]+) \| (?P<ratio>[\d.]+) \|$")
 FRESH = "paste the output of a fresh `python benchmarks/bench_trace.py` run between the comments"
 
@@ -38,8 +38,9 @@ def bench():
         del sys.modules[spec.name]
 
 
-def printed_run(text: str) -> tuple[int, dict[str, str]]:
-    """The page's benchmark output: rounds, and each section's text by name (``### name: ...``)."""
+def printed_run(text: str) -> tuple[int, str | None, dict[str, str]]:
+    """The page's benchmark output: rounds, the clock (when the header names one), and each section's text
+    by name (``### name: ...``)."""
     assert BEGIN in text and END in text, f"docs/performance.md lost its markers; {FRESH}"
     block = text.split(BEGIN, 1)[1].split(END, 1)[0].strip("\n")
     first, _, rest = block.partition("\n")
@@ -50,7 +51,7 @@ def printed_run(text: str) -> tuple[int, dict[str, str]]:
         if part.strip():
             name = part.split(":", 1)[0].removeprefix("### ").strip()
             sections[name] = part.strip("\n")
-    return int(header["rounds"]), sections
+    return int(header["rounds"]), header["clock"], sections
 
 
 def medians_of(section: str) -> dict[str, float]:
@@ -69,7 +70,7 @@ def assert_printed_alike(page: str, printed: str, what: str) -> None:
 
 
 def test_the_page_holds_a_run_of_the_benchmark(bench):
-    rounds, sections = printed_run(PAGE.read_text())
+    rounds, clock, sections = printed_run(PAGE.read_text())
     cases = {name: text for name, text in sections.items() if name != "summary"}
     assert cases, f"no case tables on the page; {FRESH}"
     results = {}
@@ -78,11 +79,12 @@ def test_the_page_holds_a_run_of_the_benchmark(bench):
         assert_printed_alike(text, bench.report(name, results[name]), f"case {name!r}")
     if hasattr(bench, "summary"):
         assert "summary" in sections, f"the benchmark prints a summary table, the page has none; {FRESH}"
-        assert_printed_alike(sections["summary"], bench.summary(results, rounds), "the summary")
+        printed = bench.summary(results, rounds, clock) if clock else bench.summary(results, rounds)
+        assert_printed_alike(sections["summary"], printed, "the summary")
 
 
 def test_the_readme_quotes_the_page(bench):
-    _, sections = printed_run(PAGE.read_text())
+    _, _, sections = printed_run(PAGE.read_text())
     small = medians_of(sections["small"])
     section = (REPO / "README.md").read_text().split("## Fast enough to leave on", 1)[1].split("\n## ", 1)[0]
     quoted = [float(x) for x in re.findall(r"\*\*([\d.]+)×\*\*", section)]

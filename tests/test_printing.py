@@ -132,3 +132,13 @@ def test_needs_the_formats_sci_mode():
     assert not fast_printable(t)  # default print options: torch decides sci mode itself
     with format_print_options(True):
         assert fast_printable(t)
+
+
+@pytest.mark.parametrize("dtype", [getattr(torch, n) for n in ("uint16", "uint32", "uint64") if hasattr(torch, n)])
+def test_large_unsigned_tensors_print_like_torch(dtype):
+    """torch has no index_select for these: the shown elements are gathered another way."""
+    t = (torch.arange(3000).reshape(30, 100) * 7).to(dtype)
+    if dtype == torch.uint64:
+        t[0, 0] = torch.tensor(2**64 - 1, dtype=dtype)
+    with format_print_options(True):
+        assert tensor_text(t) == str(t)

@@ -65,3 +65,21 @@ def test_a_malformed_sidecar_is_a_format_error(tmp_path, text, problem):
         nbtrace.load_trace(tmp_path)
     assert SIDECAR in str(info.value)
     json.loads((tmp_path / "DemoLM_debug_tree_FULL_TENSORS.json").read_text())  # the trace itself is untouched
+
+
+def test_the_parameters_text_kept_with_the_fingerprints_is_what_json_writes(tmp_path, monkeypatch):
+    """The sidecar splices in the parameters' JSON put together from each fingerprint's kept text: same bytes."""
+    import torch
+
+    rec = _run(tmp_path, monkeypatch, section={"answer": [1.5, "x"]}, forwards=3)  # later forwards reuse the texts
+    model = rec.model
+    with torch.no_grad():
+        next(model.parameters())[0] += 1  # changed: fingerprinted and encoded again
+    with nbtrace.trace(model, debug_path=tmp_path / "changed") as again:
+        model(**build_demo(num_layers=2)[1])
+    for folder in (tmp_path, tmp_path / "forward_0", tmp_path / "forward_1", tmp_path / "changed"):
+        written = (folder / SIDECAR).read_text()
+        document = json.loads(written)
+        assert set(document["sections"]) >= {"parameters", "test"}
+        assert written == json.dumps(document, indent=1, sort_keys=True)
+    assert again.trace.sidecar["parameters"] != rec.trace.sidecar["parameters"]

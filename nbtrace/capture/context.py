@@ -21,6 +21,7 @@ from torch import nn
 
 from .ranks import Ranks, plan_ranks
 from .recorder import Recorder
+from .speculate import Site, named_modules
 from .write import prepare_debug_dir
 
 _MISSING = object()
@@ -36,7 +37,10 @@ class _Patch:
         before = module.__dict__.get("forward", _MISSING)
         wrapped = make(module.forward)
         self._saved.append((module, before))
-        module.forward = wrapped
+        if _plain_setattr(module):
+            module.__dict__["forward"] = wrapped  # what nn.Module.__setattr__ would do, without its checks
+        else:
+            module.forward = wrapped
 
     def restore(self) -> None:
         while self._saved:
@@ -47,12 +51,26 @@ class _Patch:
                 module.__dict__["forward"] = before
 
 
-def _wrap_module(recorder: Recorder, path: str, has_children: bool) -> Callable[[Callable], Callable]:
+def _plain_setattr(module: nn.Module) -> bool:
+    """True when ``module.forward = f`` only stores ``f`` in the module's ``__dict__``."""
+    cls = type(module)
+    return (
+        cls.__setattr__ is nn.Module.__setattr__
+        and not hasattr(type(getattr(cls, "forward", None)), "__set__")  # no property or other data descriptor
+        and "forward" not in module._parameters
+        and "forward" not in module._buffers
+        and "forward" not in module._modules
+    )
+
+
+def _wrap_module(recorder: Recorder, site: Site) -> Callable[[Callable], Callable]:
+    call = recorder.call_module
+
     def make(forward: Callable) -> Callable:
         @functools.wraps(forward)
         def traced_forward(*args: Any, **kwargs: Any) -> Any:
             __tracebackhide__ = True  # IPython and pytest leave these frames out of tracebacks
-            return recorder.call_module(path, has_children, forward, args, kwargs)
+            return call(site, forward, args, kwargs)
 
         return traced_forward
 
@@ -111,10 +129,10 @@ def trace(
     try:
         if records:
             class_name = recorder.class_name
-            for name, module in model.named_modules():
+            for name, module in named_modules(model):
                 if name:
-                    has_children = any(True for _ in module.named_children())
-                    patch.wrap(module, _wrap_module(recorder, f"{class_name}.{name}", has_children))
+                    has_children = any(child is not None for child in module._modules.values())
+                    patch.wrap(module, _wrap_module(recorder, Site(f"{class_name}.{name}", has_children)))
             patch.wrap(model, _wrap_top(recorder))
         else:
             patch.wrap(model, _wrap_top_no_grad)

@@ -13,16 +13,20 @@ nbtrace's sidecar (docs/format.md)::
 Caches are recognised by shape, not by class: transformers' ``Cache`` objects (``layers``
 with ``keys``/``values``, or ``key_cache``/``value_cache`` lists) and the legacy tuple of
 ``(key, value)`` pairs per layer, laid out ``(batch, heads, positions, head_dim)``. Nothing
-here may disturb the forward: a probe that fails records nothing.
+here may disturb the forward: a probe that fails records nothing. The numbers are computed on
+the cache's and logits' devices and reach the host with the forward's one transfer
+(``transfer.HostBatch``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from ..core.generation import CACHE_ARGUMENTS
+from . import transfer
 
 
 def _tensor(value: Any) -> torch.Tensor | None:
@@ -54,7 +58,10 @@ def cache_lengths(cache: Any, layers: list[tuple[torch.Tensor | None, torch.Tens
     for index, (keys, _) in enumerate(layers):
         if callable(length_of):
             try:
-                lengths.append(int(length_of(index)))
+                length = length_of(index)
+                if isinstance(length, torch.Tensor):  # a cache that counts on its device (a static cache)
+                    length = transfer.values(length)
+                lengths.append(int(length))
                 continue
             except Exception:  # noqa: BLE001, S110 - a cache we do not understand: its shape tells
                 pass
@@ -62,15 +69,15 @@ def cache_lengths(cache: Any, layers: list[tuple[torch.Tensor | None, torch.Tens
     return lengths
 
 
-def _stats(tensor: torch.Tensor | None, start: int, stop: int) -> list[float] | None:
-    """``[mean, std, absmax]`` of positions ``start:stop`` (dimension -2) of a cache tensor."""
+def _stats(tensor: torch.Tensor | None, start: int, stop: int) -> torch.Tensor | None:
+    """``[mean, std, absmax]`` of positions ``start:stop`` (dimension -2) of a cache tensor, on its device."""
     if tensor is None or tensor.dim() < 2 or stop <= start or tensor.shape[-2] < stop:
         return None
     part = tensor[..., start:stop, :].detach().float()
     if part.numel() == 0:
         return None
-    std = float(part.std()) if part.numel() > 1 else 0.0
-    return [float(part.mean()), std, float(part.abs().max())]
+    std = part.std() if part.numel() > 1 else part.new_zeros(())
+    return torch.stack([part.mean(), std, part.abs().max()])
 
 
 def _logits(out: Any) -> torch.Tensor | None:
@@ -110,38 +117,63 @@ class GenerationProbe:
         except Exception:  # noqa: BLE001 - never disturb the forward
             return None
 
-    def finish(self, out: Any) -> dict[str, Any] | None:
-        """The ``generation`` section for this forward, or None when it is not a language model's step."""
+    def finish(self, out: Any, batch: transfer.HostBatch) -> Callable[[], dict[str, Any] | None]:
+        """Compute this forward's numbers on their device into ``batch``; the returned function, called after
+        ``batch.fetch()``, gives the ``generation`` section, or None when it is not a language model's step."""
         try:
-            return self._section(out)
+            complete = self._section(out, batch)
         except Exception:  # noqa: BLE001
-            return None
+            return _nothing
 
-    def _section(self, out: Any) -> dict[str, Any] | None:
-        section: dict[str, Any] = {}
-        if self.input_length is not None:
-            section["input_length"] = self.input_length
+        def finish() -> dict[str, Any] | None:
+            try:
+                return complete()
+            except Exception:  # noqa: BLE001
+                return None
+
+        return finish
+
+    def _section(self, out: Any, batch: transfer.HostBatch) -> Callable[[], dict[str, Any] | None]:
         logits = _logits(out)
+        picked = None
         if logits is not None:
             last = (logits[:, -1, :] if logits.dim() == 3 else logits).detach().float()
             if last.shape[-1] >= 2:
                 top = last.topk(2, dim=-1)
-                section["tokens"] = [int(i) for i in top.indices[:, 0]]
-                section["margins"] = [float(v) for v in (top.values[:, 0] - top.values[:, 1])]
+                picked = batch.add(top.indices[:, 0].contiguous()), batch.add(top.values[:, 0] - top.values[:, 1])
         cache = self.cache
         returned = out.get("past_key_values") if isinstance(out, dict) else getattr(out, "past_key_values", None)
         if returned is not None and cache_layers(returned) is not None:
             cache = returned
         layers = cache_layers(cache) if cache is not None else None
+        facts: dict[str, Any] | None = None
+        stats: list[list[transfer.Slot | None]] = []
         if layers is not None:
             length = cache_lengths(cache, layers)
             past = self.past if self.past is not None and len(self.past) == len(length) else [0] * len(length)
             dtype = next((str(k.dtype) for k, _ in layers if k is not None), None)
-            section["cache"] = {
-                "dtype": dtype,
-                "past": past,
-                "length": length,
-                "new_keys": [_stats(k, p, n) for (k, _), p, n in zip(layers, past, length)],
-                "new_values": [_stats(v, p, n) for (_, v), p, n in zip(layers, past, length)],
-            }
-        return section if ("tokens" in section or "cache" in section) else None
+            facts = {"dtype": dtype, "past": past, "length": length}
+            for column in ([k for k, _ in layers], [v for _, v in layers]):
+                stats.append([_slot(batch, _stats(tensor, p, n)) for tensor, p, n in zip(column, past, length)])
+
+        def complete() -> dict[str, Any] | None:
+            section: dict[str, Any] = {}
+            if self.input_length is not None:
+                section["input_length"] = self.input_length
+            if picked is not None:
+                section["tokens"] = [int(i) for i in picked[0].values()]
+                section["margins"] = [float(v) for v in picked[1].values()]
+            if facts is not None:
+                keys, values = ([slot.values() if slot is not None else None for slot in column] for column in stats)
+                section["cache"] = {**facts, "new_keys": keys, "new_values": values}
+            return section if ("tokens" in section or "cache" in section) else None
+
+        return complete
+
+
+def _slot(batch: transfer.HostBatch, piece: torch.Tensor | None) -> transfer.Slot | None:
+    return batch.add(piece) if piece is not None else None
+
+
+def _nothing() -> None:
+    return None

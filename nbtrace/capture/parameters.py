@@ -6,22 +6,26 @@ from the files alone, without storing the weights: per tensor its shape and dtyp
 summary statistics, a bit checksum, the norms of up to ``BLOCKS`` blocks of rows and of
 columns, which lower-precision dtypes hold it exactly, and ``SAMPLES`` values at fixed
 pseudo-random positions (and, for a square matrix, at the mirrored positions, so a
-transposed copy shows). Everything is computed on the tensor's device and moved to the
-host in one transfer per forward; a tensor already fingerprinted and unchanged since
-(same object, version and storage) is not computed again.
+transposed copy shows). Everything is computed on the tensor's device and its numbers
+join the forward's ``HostBatch`` (``transfer.py``): they reach the host with the forward's
+one transfer. A tensor already fingerprinted and unchanged since (same object, version and
+storage) is not computed again.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 from torch import nn
 
+from . import transfer
 from .serialize import local_tensor
+from .speculate import named_modules
 
 BLOCKS = 16
 SAMPLES = 64
@@ -40,7 +44,7 @@ def sample_positions(numel: int, count: int = SAMPLES) -> list[int]:
 
 def _named_tensors(model: nn.Module, root: str) -> Iterator[tuple[str, str, str, torch.Tensor]]:
     """``(module path, name, "parameter"|"buffer", tensor)`` for every tensor a module holds directly."""
-    for name, module in model.named_modules():
+    for name, module in named_modules(model):
         path = f"{root}.{name}" if name else root
         for kind, items in (("parameter", module._parameters), ("buffer", module._buffers)):
             for key, tensor in items.items():
@@ -49,9 +53,9 @@ def _named_tensors(model: nn.Module, root: str) -> Iterator[tuple[str, str, str,
 
 
 # Fingerprints of tensors unchanged since they were computed, shared by every trace of the process
-# (id -> (weak reference, version, data pointer, fingerprint)): tracing the same model again, or each
+# (id -> (weak reference, version, data pointer, fingerprint, its JSON text)): tracing the same model again, or each
 # step of generate(), pays nothing for its weights.
-_CACHE: dict[int, tuple[Any, int, int, dict[str, Any]]] = {}
+_CACHE: dict[int, tuple[Any, int, int, dict[str, Any], str]] = {}
 
 
 class ParameterFingerprints:
@@ -61,11 +65,24 @@ class ParameterFingerprints:
         self.model = model
         self.root = root
         self._cache = _CACHE
+        self._text: tuple[tuple[tuple[str, str, str], ...], str] | None = None  # the last section's rows and text
 
     def section(self) -> dict[str, dict[str, dict[str, Any]]]:
-        """``{module path: {tensor name: fingerprint}}`` for the model as it is now."""
+        """``{module path: {tensor name: fingerprint}}`` for the model as it is now (a transfer of its own)."""
+        batch = transfer.HostBatch()
+        finish = self.start(batch)
+        batch.fetch()
+        return finish()[0]
+
+    def start(self, batch: transfer.HostBatch) -> Callable[[], tuple[dict[str, dict[str, dict[str, Any]]], str]]:
+        """Compute what changed on its device into ``batch``. The returned function, called after
+        ``batch.fetch()``, gives the section (``{module path: {tensor name: fingerprint}}``) and its JSON text
+        (``json.dumps(section, indent=1, sort_keys=True)``, put together from each fingerprint's text, kept with it:
+        a model's weights rarely change between forwards, and encoding them is most of a sidecar's cost)."""
         out: dict[str, dict[str, dict[str, Any]]] = {}
-        todo: list[tuple[dict[str, Any], torch.Tensor, int]] = []
+        texts: dict[str, dict[str, str | _Pending]] = {}
+        todo: list[_Pending] = []
+        fresh: dict[int, _Pending] = {}  # a tensor held twice (tied weights) is computed once
         with torch.no_grad():
             for path, name, kind, held in _named_tensors(self.model, self.root):
                 tensor = local_tensor(held)
@@ -76,56 +93,100 @@ class ParameterFingerprints:
                 cached = self._cache.get(key)
                 version = getattr(tensor, "_version", -1)
                 pointer = tensor.data_ptr() if tensor.layout == torch.strided else 0
-                if cached is not None and cached[0]() is held and cached[1] == version and cached[2] == pointer:
-                    fingerprint = cached[3]
+                if key in fresh:
+                    pending = fresh[key]
+                    fingerprint, text = pending.fingerprint, pending
+                elif cached is not None and cached[0]() is held and cached[1] == version and cached[2] == pointer:
+                    fingerprint, text = cached[3], cached[4]
                 else:
                     fingerprint = {"kind": kind, "shape": list(tensor.shape), "dtype": str(tensor.dtype)[6:]}
+                    pending = fresh[key] = _Pending(fingerprint, (weakref.ref(held), version, pointer), key)
                     if tensor.is_floating_point() and tensor.numel() > 0 and tensor.layout == torch.strided:
-                        todo.append((fingerprint, tensor, key))
-                    self._cache[key] = (weakref.ref(held), version, pointer, fingerprint)
+                        pending.measure(tensor, batch)
+                    todo.append(pending)
+                    text = pending
                 out.setdefault(path, {})[name] = fingerprint
-            _fill(todo)
-        if len(self._cache) > 4 * max(len(todo), 1024):  # forget tensors that no longer exist
-            for key in [k for k, entry in self._cache.items() if entry[0]() is None]:
-                del self._cache[key]
-        return out
+                texts.setdefault(path, {})[name] = text
+
+        def finish() -> tuple[dict[str, dict[str, dict[str, Any]]], str]:
+            for pending in todo:
+                pending.fill()
+                self._cache[pending.key] = (*pending.entry, pending.fingerprint, pending.text)  # once complete
+            if len(self._cache) > 4 * max(len(todo), 1024):  # forget tensors that no longer exist
+                for key in [k for k, entry in self._cache.items() if entry[0]() is None]:
+                    del self._cache[key]
+            rows = tuple((path, name, text if isinstance(text, str) else text.text)
+                         for path, names in texts.items() for name, text in names.items())
+            if self._text is None or self._text[0] != rows:  # the same fingerprints as last time: the same text
+                self._text = (rows, _section_text(rows))
+            return out, self._text[1]
+
+        return finish
 
 
-def _fill(todo: list[tuple[dict[str, Any], torch.Tensor, int]]) -> None:
-    """Compute every pending fingerprint on its device, then move all numbers to the host at once."""
-    if not todo:
-        return
-    parts: list[torch.Tensor] = []
-    sums: list[torch.Tensor] = []
-    layouts: list[tuple[int, int, int, int]] = []
-    for _, tensor, _ in todo:
-        vector, layout = _numbers(tensor)
-        parts.append(vector.to(device=parts[0].device if parts else vector.device))
-        layouts.append(layout)
-        sums.append(_bit_sum(tensor).to(parts[0].device))
-    numbers = torch.cat(parts).tolist()
-    checksums = torch.stack(sums).tolist()
-    at = 0
-    for (fingerprint, tensor, _), (rows, cols, samples, mirrored), check in zip(todo, layouts, checksums):
-        take = numbers[at : at + len(_STATS) + rows + cols + samples + mirrored]
-        at += len(take)
+def _section_text(rows: tuple[tuple[str, str, str], ...]) -> str:
+    """``json.dumps(section, indent=1, sort_keys=True)`` from ``(path, name, fingerprint text at depth 2)``."""
+    if not rows:
+        return "{}"
+    by_path: dict[str, list[tuple[str, str]]] = {}
+    for path, name, text in rows:
+        by_path.setdefault(path, []).append((name, text))
+    paths = []
+    for path, items in sorted(by_path.items()):
+        lines = [f"  {json.dumps(name)}: {text}" for name, text in sorted(items)]
+        paths.append(f" {json.dumps(path)}: {{\n" + ",\n".join(lines) + "\n }")
+    return "{\n" + ",\n".join(paths) + "\n}"
+
+
+class _Pending:
+    """One fingerprint being computed: its numbers on their way to the host, then filled in."""
+
+    __slots__ = ("entry", "fingerprint", "key", "layout", "numbers", "sum", "text")
+
+    def __init__(self, fingerprint: dict[str, Any], entry: tuple[Any, int, int], key: int) -> None:
+        self.fingerprint = fingerprint
+        self.entry = entry  # (weak reference to the tensor, its version, its data pointer)
+        self.key = key
+        self.text = ""  # the fingerprint's JSON, as it stands two levels deep in the section
+        self.numbers: transfer.Slot | None = None
+        self.sum: transfer.Slot | None = None
+        self.layout = (0, 0, 0, 0, 0)
+
+    def measure(self, tensor: torch.Tensor, batch: transfer.HostBatch) -> None:
+        vector, self.layout = _numbers(tensor)
+        self.numbers = batch.add(vector)
+        self.sum = batch.add(_bit_sum(tensor))
+
+    def fill(self) -> None:
+        self._fill()
+        self.text = json.dumps(self.fingerprint, indent=1, sort_keys=True).replace("\n", "\n  ")
+
+    def _fill(self) -> None:
+        if self.numbers is None or self.sum is None:
+            return
+        fingerprint = self.fingerprint
+        rows, cols, samples, mirrored, narrower = self.layout
+        take = self.numbers.values()
+        check = self.sum.values()[0]
         stats, take = take[: len(_STATS)], take[len(_STATS) :]
         fingerprint.update({name: _json_number(v) for name, v in zip(_STATS, stats)})
         fingerprint["checksum"] = f"{check & 0xFFFFFFFFFFFFFFFF:016x}"
         fingerprint["row_blocks"] = [_json_number(v) for v in take[:rows]]
         fingerprint["col_blocks"] = [_json_number(v) for v in take[rows : rows + cols]]
-        fingerprint["samples"] = [_json_number(v) for v in take[rows + cols : rows + cols + samples]]
+        at = rows + cols + samples
+        fingerprint["samples"] = [_json_number(v) for v in take[rows + cols : at]]
         if mirrored:
-            fingerprint["mirrored_samples"] = [_json_number(v) for v in take[rows + cols + samples :]]
-        raw = take[rows + cols : rows + cols + samples]
-        fingerprint["exact_in"] = [name for name in _NARROWER if exact_in(raw, name, fingerprint["dtype"])]
+            fingerprint["mirrored_samples"] = [_json_number(v) for v in take[at : at + mirrored]]
+        exact = take[at + mirrored : at + mirrored + len(narrower)]
+        fingerprint["exact_in"] = [name for name, flag in zip(narrower, exact) if flag]
 
 
-def _numbers(tensor: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int, int, int]]:
-    """One float64 vector: stats, row-block norms, column-block norms, samples, mirrored samples.
+def _numbers(tensor: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int, int, int, tuple[str, ...]]]:
+    """One float64 vector: stats, row-block norms, column-block norms, samples, mirrored samples, and
+    for each narrower dtype 1.0 when every sample survives a round trip through it (else 0.0).
 
     Sums are taken in float32 (float64 for float64 tensors), which is enough to tell
-    weights apart; exactness in narrower dtypes is judged on the host from the samples.
+    weights apart; exactness in narrower dtypes is judged from the samples.
     """
     x = tensor.detach()
     if x.element_size() < 4:  # half precision: sums in float32
@@ -154,8 +215,11 @@ def _numbers(tensor: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int, int, i
     if x.dim() == 2 and x.shape[0] == x.shape[1] and x.shape[0] > 1:
         n = x.shape[0]
         mirrored = tensor.detach().reshape(-1)[(index % n) * n + index // n].to(torch.float64)
-    vector = torch.cat([stats, row_norms, col_norms, samples, mirrored])
-    return vector, (row_norms.numel(), col_norms.numel(), samples.numel(), mirrored.numel())
+    raw = tensor.detach().reshape(-1)[index]
+    narrower = tuple(name for name in _NARROWER if _narrower(name, raw.dtype))
+    flags = [_exact_in(raw, name) for name in narrower]
+    vector = torch.cat([stats, row_norms, col_norms, samples, mirrored, *flags])
+    return vector, (row_norms.numel(), col_norms.numel(), samples.numel(), mirrored.numel(), narrower)
 
 
 def _block_sums(values: torch.Tensor) -> torch.Tensor:
@@ -167,18 +231,19 @@ def _block_sums(values: torch.Tensor) -> torch.Tensor:
     return cumulative[bounds[1:]] - cumulative[bounds[:-1]]
 
 
-def exact_in(values: list[float], dtype: str, source: str) -> bool:
-    """True when every value survives a round trip through the narrower ``dtype`` (for a ``source`` tensor)."""
-    narrow, wide = getattr(torch, dtype, None), getattr(torch, source, None)
-    if narrow is None or wide is None or not values:
-        return False
-    if torch.empty(0, dtype=narrow).element_size() >= torch.empty(0, dtype=wide).element_size():
-        return False
-    x = torch.tensor(values, dtype=torch.float64).to(wide)
+def _narrower(name: str, wide: torch.dtype) -> bool:
+    """True when torch has the dtype ``name`` and it is narrower than ``wide``."""
+    narrow = getattr(torch, name, None)
+    return isinstance(narrow, torch.dtype) and narrow.itemsize < wide.itemsize
+
+
+def _exact_in(values: torch.Tensor, name: str) -> torch.Tensor:
+    """1.0 (float64, 1 element) when every one of ``values`` survives a round trip through dtype ``name``."""
     try:
-        return bool((x.to(narrow).to(wide) == x).all())
-    except (RuntimeError, TypeError):
-        return False
+        same = (values.to(getattr(torch, name)).to(values.dtype) == values).all()
+    except (RuntimeError, TypeError):  # no such conversion on this device
+        same = torch.zeros((), dtype=torch.bool, device=values.device)
+    return same.reshape(1).to(torch.float64)
 
 
 def _bit_sum(tensor: torch.Tensor) -> torch.Tensor:

@@ -22,6 +22,7 @@ import torch
 from ..core.node import leaf_places
 from ..core.ranks import call_key, rank_folder_name
 from ..core.tensor import is_tensor_record
+from . import transfer
 
 Ranks = int | str | list[int] | tuple[int, ...]
 
@@ -118,6 +119,7 @@ class ShardLayouts:
         self.meshes: list[dict[str, Any]] = []
         self._mesh_index: dict[str, int] = {}
         self._entries: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
+        self._by_mesh: dict[int, tuple[Any, int]] = {}
 
     def note(self, record: dict[str, Any], value: Any) -> None:
         """Keep the layout of ``value`` when it is a DTensor (recorded by its local shard as ``record``)."""
@@ -136,16 +138,20 @@ class ShardLayouts:
         self._entries[id(record)] = (record, entry)  # the record is kept alive, so its id stays its own
 
     def _mesh(self, mesh: Any) -> int:
+        known = self._by_mesh.get(id(mesh))
+        if known is not None and known[0] is mesh:
+            return known[1]
         names = mesh.mesh_dim_names
         described = {
             "shape": list(mesh.mesh.shape),
-            "ranks": [int(r) for r in mesh.mesh.flatten().tolist()],
+            "ranks": [int(r) for r in transfer.values(mesh.mesh.flatten())],  # a host tensor: no copy
             "dim_names": list(names) if names else None,
         }
         key = json.dumps(described, sort_keys=True)
         if key not in self._mesh_index:
             self._mesh_index[key] = len(self.meshes)
             self.meshes.append(described)
+        self._by_mesh[id(mesh)] = (mesh, self._mesh_index[key])  # the mesh kept alive, so its id stays its own
         return self._mesh_index[key]
 
     def by_call(self, tree: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:

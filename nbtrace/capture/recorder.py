@@ -29,10 +29,11 @@ from .ranks import RankPlan, ShardLayouts
 from .recorded import Recorded, RecordedTraces
 from .runs import remove_earlier_forwards
 from .serialize import Serializer, sanitize
-from .speculate import Frame, Speculation, numbered_containers
+from .speculate import Frame, Site, Speculation, numbered_containers
 from .write import TensorStore, tree_refs, write_sidecar, write_trace_files
 
 _MAX_ERROR_MESSAGE = 2000
+_set_grad_enabled = torch._C._set_grad_enabled
 
 
 def error_record(exc: BaseException) -> dict[str, str]:
@@ -74,6 +75,8 @@ class Recorder:
         self._previous_store: TensorStore | None = None
         self._containers = numbered_containers(model, self.class_name)
         self._fingerprints = ParameterFingerprints(model, self.class_name)
+        self._site = Site(self.class_name, True)  # the model re-entering its own forward
+        self._top_site = Site(f"{self.class_name} (top-level)", True)
 
     @property
     def traces(self) -> RecordedTraces:
@@ -92,27 +95,33 @@ class Recorder:
         return f"<Recorder {self.class_name}: {len(self._recorded)} forward(s) recorded>"
 
     # -- one module call -----------------------------------------------------
-    def call_module(
-        self, path: str, has_children: bool, forward: Callable, args: tuple, kwargs: dict[str, Any]
-    ) -> Any:
+    def call_module(self, site: Site, forward: Callable, args: tuple, kwargs: dict[str, Any]) -> Any:
         __tracebackhide__ = True
         run = self._run
         if run is None:  # called outside the traced model's forward: not recorded
             with torch.no_grad():
                 return forward(*args, **kwargs)
+        path = site.path
         count = run.calls[path] = run.calls.get(path, 0) + 1
         # Later calls get "@n": a first call's file name (transformers' name) never contains it.
         base = path if count == 1 else f"{path}@{count}"
-        inputs = {key: part for key, part in (("args", args), ("kwargs", kwargs)) if len(part) > 0}
-        node = run.open(path, inputs, f"{base}_inputs")
+        if kwargs:
+            inputs = {"args": args, "kwargs": kwargs} if args else {"kwargs": kwargs}
+        else:
+            inputs = {"args": args} if args else {}
+        node = run.open(site, inputs, f"{base}_inputs")
+        grad = torch.is_grad_enabled()
+        _set_grad_enabled(False)  # torch.no_grad(), without the cost of a context manager per call
         try:
-            with torch.no_grad():
+            try:
                 out = forward(*args, **kwargs)
+            finally:
+                _set_grad_enabled(grad)
         except BaseException as exc:
             run.close(node, error=exc)
             raise
         try:
-            if not has_children:
+            if not site.has_children:
                 run.record(node, "outputs", out, f"{base}_outputs")
         finally:
             run.close(node)
@@ -122,13 +131,13 @@ class Recorder:
     def call_top(self, forward: Callable, args: tuple, kwargs: dict[str, Any]) -> Any:
         __tracebackhide__ = True
         if self._run is not None:  # the model re-entered its own forward: record it as a call
-            return self.call_module(self.class_name, True, forward, args, kwargs)
+            return self.call_module(self._site, forward, args, kwargs)
         self._begin_forward()
         run = self._run
         assert run is not None
         name = self.class_name
         try:
-            node = run.open(f"{name} (top-level)", {"args": args, "kwargs": kwargs}, f"{name}_inputs")
+            node = run.open(self._top_site, {"args": args, "kwargs": kwargs}, f"{name}_inputs")
             probe = GenerationProbe.start(args, kwargs)
             try:
                 out = forward(*args, **kwargs)
@@ -137,10 +146,13 @@ class Recorder:
                 self._end_forward(run, node, failed=True)
                 raise
             try:
-                run.record(node, "outputs", out, f"{name}_outputs")
+                # The format drops the outputs of a call with children; only their files stay (safetensors).
+                if not self.use_repr or not node["children"]:
+                    run.record(node, "outputs", out, f"{name}_outputs")
             finally:
                 run.close(node)
-            run.generation = probe.finish(out) if probe is not None else None
+            if probe is not None:
+                run.generation_done = probe.finish(out, run.serialize.batch)
             self._end_forward(run, node, failed=False)
             return out
         finally:
@@ -191,20 +203,19 @@ class Recorder:
             if key in top and top[key]:
                 root[key] = top[key]
         run.durations[id(root)] = run.durations.get(id(top))
-        self._fingerprint_parameters(run)
+        parameters = self._fingerprint_parameters(run)
         removed = prune_intermediate_layers(root) if self.do_prune_layers else []
         prune_outputs_of_parents(root)
-        if self.rank_plan is not None and run.layouts is not None:
-            run.sidecar[DISTRIBUTED] = self.rank_plan.section(root, run.layouts)
         index = len(self._recorded)
-        recorded = Recorded(index, root, None, run.store.folder, run.durations, run.sidecar, run.generation)
-        if index > 0:  # a run of several forwards (forward 0 gets its sections when the second one starts)
-            run.sidecar.update(self._run_sections(recorded, recorded.durations_in_order()))
+        recorded = Recorded(index, root, None, run.store.folder, run.durations, run.sidecar, None)
         try:
-            if removed:
+            # The forward's one transfer: every record gets its lines and stats, and the sidecar its numbers.
+            run.serialize.finish()
+            self._fill_sidecar(run, root, recorded, parameters)
+            if removed and not self.use_repr:
                 run.store.discard(tree_refs(removed))
             full, _ = write_trace_files(root, run.store.folder, self.class_name)
-            write_sidecar(run.store.folder, self.class_name, run.sidecar)
+            write_sidecar(run.store.folder, self.class_name, run.sidecar, run.encoded)
         except Exception as exc:
             if not failed:
                 raise
@@ -214,14 +225,31 @@ class Recorder:
         self._recorded.append(recorded)
         self._previous_store = run.store
 
-    def _fingerprint_parameters(self, run: _ForwardRun) -> None:
-        """The sidecar's ``parameters`` section (once per forward; unchanged tensors are not recomputed)."""
+    def _fill_sidecar(
+        self, run: _ForwardRun, root: dict[str, Any], recorded: Recorded, parameters: Callable[[], tuple] | None
+    ) -> None:
+        """The sidecar's sections, once the forward's numbers are on the host."""
+        if parameters is not None:
+            try:
+                section, text = parameters()
+                if section:
+                    run.sidecar["parameters"] = section
+                    run.encoded["parameters"] = text
+            except Exception as exc:  # noqa: BLE001 - a fingerprint must never cost the user their trace
+                warnings.warn(f"nbtrace could not fingerprint the parameters of {self.class_name}: {exc}", stacklevel=5)
+        if self.rank_plan is not None and run.layouts is not None:
+            run.sidecar[DISTRIBUTED] = self.rank_plan.section(root, run.layouts)
+        recorded.generation = run.generation_done() if run.generation_done is not None else None
+        if recorded.index > 0:  # a run of several forwards (forward 0 gets its sections when the second one starts)
+            run.sidecar.update(self._run_sections(recorded, recorded.durations_in_order()))
+
+    def _fingerprint_parameters(self, run: _ForwardRun) -> Callable[[], tuple] | None:
+        """Start the sidecar's ``parameters`` section (once per forward; unchanged tensors are not recomputed)."""
         try:
-            section = self._fingerprints.section()
-            if section:
-                run.sidecar["parameters"] = section
-        except Exception as exc:  # a fingerprint must never cost the user their trace
+            return self._fingerprints.start(run.serialize.batch)
+        except Exception as exc:  # noqa: BLE001 - a fingerprint must never cost the user their trace
             warnings.warn(f"nbtrace could not fingerprint the parameters of {self.class_name}: {exc}", stacklevel=4)
+            return None
 
 
 class _ForwardRun:
@@ -232,13 +260,14 @@ class _ForwardRun:
         self.store = store
         self.frames: list[Frame] = []
         self.calls: dict[str, int] = {}
-        self.started: dict[int, float] = {}
         self.durations: dict[int, float | None] = {}
         self.speculation = Speculation(containers, serialize)
         #: sections of nbtrace's sidecar file that features fill during the forward (see core/sidecar.py)
         self.sidecar: dict[str, Any] = {}
-        #: the ``generation`` section (KV cache, picked token) for a run of several forwards (generation.py)
-        self.generation: dict[str, Any] | None = None
+        #: the JSON text of sidecar sections known already (the parameters' fingerprints): see write_sidecar
+        self.encoded: dict[str, str] = {}
+        #: gives the ``generation`` section (KV cache, picked token) once the forward's numbers are on the host
+        self.generation_done: Callable[[], dict[str, Any] | None] | None = None
         #: the layouts of the DTensors recorded in this forward, when the trace describes its rank (ranks.py)
         self.layouts: ShardLayouts | None = None
 
@@ -250,19 +279,20 @@ class _ForwardRun:
         else:
             node[key] = self.serialize(value, name)
 
-    def open(self, path: str, inputs: Any, name: str) -> dict[str, Any]:
-        node: dict[str, Any] = {"module_path": path, "inputs": None, "outputs": None, "children": []}
-        parent = self.frames[-1] if self.frames else None
-        self.speculation.begin(node, parent)
+    def open(self, site: Site, inputs: Any, name: str) -> dict[str, Any]:
+        node: dict[str, Any] = {"module_path": site.path, "inputs": None, "outputs": None, "children": []}
+        frames = self.frames
+        parent = frames[-1] if frames else None
+        self.speculation.begin(node, parent, site)
         self.record(node, "inputs", inputs, name)
-        frame = Frame(node)
-        self.frames.append(frame)
-        self.speculation.opened(frame, parent, self.frames[-3] if len(self.frames) > 2 else None)
-        self.started[id(node)] = time.perf_counter()
+        frame = Frame(node, site)
+        frames.append(frame)
+        self.speculation.opened(frame, parent, frames[-3] if len(frames) > 2 else None)
+        frame.started = time.perf_counter()
         return node
 
     def close(self, node: dict[str, Any], error: BaseException | None = None) -> None:
-        self.durations[id(node)] = time.perf_counter() - self.started.pop(id(node), time.perf_counter())
+        now = time.perf_counter()
         # Pop down to this node: a call that never closed (it cannot happen, but a
         # corrupted stack must not misplace every later call) is closed with it.
         frame = None
@@ -270,6 +300,7 @@ class _ForwardRun:
             frame = self.frames.pop()
             if frame.node is node:
                 break
+        self.durations[id(node)] = now - frame.started if frame is not None and frame.node is node else 0.0
         children = node.pop("children")
         if error is not None:
             node["error"] = error_record(error)

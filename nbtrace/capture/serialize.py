@@ -5,6 +5,10 @@ a safetensors reference, and the four stat strings), the sanitized repr of
 everything else, and the torch print options the format is written with. The
 print options are set only while a value is being serialized and restored
 right after, so user code never sees them changed.
+
+A record's printed lines and stats are computed on the tensor's device when it
+is recorded and written into the record by ``Serializer.finish()`` at the end
+of the forward, after one transfer for all of them (``transfer.py``).
 """
 
 from __future__ import annotations
@@ -19,7 +23,18 @@ from typing import Any
 import torch
 from torch._tensor_str import PRINT_OPTS
 
-from .printing import fast_printable, stat_reprs, tensor_text
+from . import transfer
+from .printing import (
+    Layout,
+    Options,
+    current_options,
+    fast_printable,
+    format_stats,
+    format_text,
+    gather,
+    stat_pieces,
+    suffixes,
+)
 from .write import TensorStore
 
 _ADDRESS = re.compile(r"object at 0x[0-9A-Fa-f]+")
@@ -49,7 +64,10 @@ def format_print_options(use_repr: bool) -> Iterator[None]:
 
 
 class Serializer:
-    """Serializes values for one forward: printed lines, or safetensors files in ``store``."""
+    """Serializes values for one forward: printed lines, or safetensors files in ``store``.
+
+    Records are complete after ``finish()``.
+    """
 
     def __init__(self, use_repr: bool, store: TensorStore | None) -> None:
         if not use_repr and store is None:
@@ -59,17 +77,53 @@ class Serializer:
         self._seen: dict[int, _Seen] = {}
         #: called with (record, value) for each value recorded by its local tensor (a DTensor): see ranks.py
         self.on_shard: Callable[[dict[str, Any], Any], None] | None = None
+        #: values on their way to the host with the forward's one transfer (``finish``); others may add theirs
+        self.batch = transfer.HostBatch()
+        self._waiting: list[_Seen] = []
+        self._texts: dict[tuple, list[str]] = {}  # printed lines by layout and exact values
+        self._options = current_options()
+        self._saves: list[_Save] = []
 
     def __call__(self, value: Any, name: str) -> Any:
         """The JSON structure for ``value``; ``name`` is the base name of its files."""
-        with format_print_options(self.use_repr):
-            return self._value(value, name)
+        saved = (PRINT_OPTS.sci_mode, PRINT_OPTS.linewidth)  # format_print_options, inlined: called per record
+        PRINT_OPTS.sci_mode = True
+        if self.use_repr:
+            PRINT_OPTS.linewidth = 120
+        try:
+            self._options = current_options()
+            out = self._value(value, None if self.use_repr else name)  # names only name files
+            if self._saves:
+                self._save_all(self._saves)
+            return out
+        finally:
+            self._saves = []
+            PRINT_OPTS.sci_mode, PRINT_OPTS.linewidth = saved
 
-    def _value(self, value: Any, name: str) -> Any:
-        if isinstance(value, (list, tuple)):
+    def finish(self) -> None:
+        """Move every pending summary to the host (one transfer per device) and complete the records."""
+        self.batch.fetch()
+        if not self._waiting:
+            return
+        waiting, self._waiting = self._waiting, []
+        for seen in waiting:
+            seen.fill(self._texts)
+
+    def _value(self, value: Any, name: str | None) -> Any:
+        kind = type(value)
+        if kind is torch.Tensor:
+            return self.tensor(value, name)
+        if kind is tuple or kind is list or isinstance(value, (list, tuple)):
+            if name is None:
+                return [self._value(item, None) for item in value]
             return [self._value(item, f"{name}_{i}") for i, item in enumerate(value)]
-        if isinstance(value, dict):
+        if kind is dict or isinstance(value, dict):
+            if name is None:
+                return {key if type(key) is str else _json_key(key): self._value(item, None)
+                        for key, item in value.items()}
             return {_json_key(key): self._value(item, f"{name}_{key}") for key, item in value.items()}
+        if value is None or kind is bool or kind is int or kind is float:
+            return repr(value)
         local = local_tensor(value)
         if local is not None:
             record = self.tensor(local, name)
@@ -80,59 +134,96 @@ class Serializer:
             return self.tensor(value, name)
         return _safe_repr(value)
 
-    def tensor(self, tensor: torch.Tensor, name: str) -> dict[str, Any]:
+    def tensor(self, tensor: torch.Tensor, name: str | None) -> dict[str, Any]:
         """The record of one tensor. Never raises for odd tensors: it degrades instead.
 
         A tensor seen earlier in this forward reuses its printed lines and stats,
         and in safetensors mode its file (hard-linked under the new name), when
         it is provably unchanged: the same object, the same ``_version``, the same
         data pointer, and the same checksum of its bits (writes through
-        ``.data`` or numpy bypass the version counter).
+        ``.data`` or numpy bypass the version counter). The checksum is only
+        read where that takes no transfer of its own (in host memory, or from
+        the data a safetensors file needs anyway); elsewhere the tensor is
+        summarised again on its device (and its lines formatted once).
         """
         seen = self._seen.get(id(tensor))
-        if seen is not None and not seen.unchanged(tensor):
+        if seen is not None and not seen.same_object(tensor):
             seen = None
-        if seen is None:
-            seen = self._describe(tensor)
-        record: dict[str, Any] = {"shape": seen.shape, "dtype": seen.dtype}
         if self.use_repr or tensor.is_meta:
-            record["value"] = seen.lines if seen.lines is not None else self._lines(tensor)
-        else:
-            record["value"] = self._save(tensor, name, seen)
-        record.update(seen.stats)
-        return record
+            if seen is not None and not (transfer.host_readable(tensor) and seen.checksum == transfer.checksum(tensor)):
+                seen = None
+            return (seen or self._describe(tensor)).record()
+        save = _Save(tensor, name, seen)
+        if seen is None:
+            save.seen = self._describe(tensor)
+        self._saves.append(save)
+        return save.record  # complete once the record's data is on the host (_save_all)
 
     def _describe(self, tensor: torch.Tensor) -> _Seen:
-        """Shape, dtype, stats and (repr mode) printed lines of a tensor not seen before."""
+        """Shape, dtype, stats and (repr mode) printed lines of a tensor, computed on its device."""
         fast = fast_printable(tensor)
         seen = _Seen(repr(tensor.shape), repr(tensor.dtype))
-        if tensor.dtype in STAT_DTYPES and tensor.numel() > 0:
-            stats = stat_reprs(tensor) if fast else None
-            seen.stats = stats if stats is not None else _slow_stats(tensor)
-        if self.use_repr:
-            text = tensor_text(tensor) if fast else None
-            seen.lines = text.splitlines() if text is not None else self._lines(tensor)
+        numel = tensor.numel()
+        suffix = suffixes(tensor) if fast else ()
+        if tensor.dtype in STAT_DTYPES and numel > 0:
+            if fast:
+                seen.stat_slot = self.batch.add_scalars(stat_pieces(tensor))
+                seen.stat_format = (suffix, self._options)
+            else:
+                seen.stats = _slow_stats(tensor)
+        if self.use_repr or tensor.is_meta:
+            if fast and numel > 0:
+                flat, seen.layout = gather(tensor, self._options, suffix)
+                seen.text_slot = self.batch.add(flat)
+            else:
+                seen.lines = self._lines(tensor)
+        if seen.stat_slot is not None or seen.text_slot is not None:
+            self._waiting.append(seen)
         # Reuse only what can be proven unchanged later: plain tensors (autograd suffixes depend on
         # the grad mode of the moment) with a version counter (inference tensors have none).
         if fast and not tensor.is_inference():
             seen.ref = weakref.ref(tensor)
             seen.version = tensor._version
             seen.pointer = tensor.data_ptr()
-            seen.checksum = checksum(tensor)
+            if self.use_repr and transfer.host_readable(tensor):
+                seen.checksum = transfer.checksum(tensor)
             self._seen[id(tensor)] = seen
         return seen
 
-    def _save(self, tensor: torch.Tensor, name: str, seen: _Seen) -> list[str] | str:
+    def _save_all(self, saves: list[_Save]) -> None:
+        """Write the files of one record's tensors: their data moves to the host in one transfer."""
+        batched = [save for save in saves if _plain_data(save.tensor)]
+        for save, host in zip(batched, transfer.to_host_many([save.tensor for save in batched])):
+            save.host = host
+        for save in saves:
+            seen = save.seen
+            assert seen is not None
+            if save.candidate:
+                if seen.file is not None and save.host is not None and seen.checksum == transfer.checksum(save.host):
+                    save.complete(self._link(save, seen))
+                    continue
+                seen = save.seen = self._describe(save.tensor)  # changed since: a new description
+            save.complete(self._save(save, seen))
+
+    def _link(self, save: _Save, seen: _Seen) -> list[str] | str:
+        store = self.store
+        assert store is not None and seen.file is not None
+        try:
+            return store.link(save.name, seen.file, save.host)
+        except Exception:  # noqa: BLE001 - no file to link to: print it instead
+            return self._lines(save.tensor)
+
+    def _save(self, save: _Save, seen: _Seen) -> list[str] | str:
         store = self.store
         assert store is not None
         try:
-            if seen.file is not None:
-                return store.link(name, seen.file, tensor)
-            ref = store.save(name, tensor)
-            seen.file = ref[2:]
-            return ref
+            ref = store.save(save.name, save.host if save.host is not None else save.tensor)
         except Exception:  # no data to save (e.g. sparse, fake): print it instead
-            return self._lines(tensor)
+            return self._lines(save.tensor)
+        seen.file = ref[2:]
+        if seen.ref is not None and save.host is not None:
+            seen.checksum = transfer.checksum(save.host)
+        return ref
 
     @staticmethod
     def _lines(tensor: torch.Tensor) -> list[str]:
@@ -143,9 +234,14 @@ class Serializer:
 
 
 class _Seen:
-    """What one tensor serialized to, kept to reuse when the same tensor comes back."""
+    """What one tensor serialized to, kept to reuse when the same tensor comes back.
 
-    __slots__ = ("shape", "dtype", "stats", "lines", "file", "ref", "version", "pointer", "checksum")
+    Until ``fill`` runs, its stats and lines wait in ``stat_slot``/``text_slot``
+    (values on their way to the host) and ``records`` are the records to complete.
+    """
+
+    __slots__ = ("checksum", "dtype", "file", "layout", "lines", "pointer", "records", "ref", "shape", "stat_format",
+                 "stat_slot", "stats", "text_slot", "version")
 
     def __init__(self, shape: str, dtype: str) -> None:
         self.shape = shape
@@ -156,29 +252,100 @@ class _Seen:
         self.ref: Callable[[], Any] | None = None
         self.version = -1
         self.pointer = 0
-        self.checksum = 0
+        self.checksum: int | None = None
+        self.stat_slot: transfer.Slot | None = None
+        self.stat_format: tuple[tuple[str, ...], Options] | None = None
+        self.text_slot: transfer.Slot | None = None
+        self.layout: Layout | None = None
+        self.records: list[dict[str, Any]] = []
 
-    def unchanged(self, tensor: torch.Tensor) -> bool:
-        """True when ``tensor`` is the very tensor described, with the same content."""
+    def same_object(self, tensor: torch.Tensor) -> bool:
+        """True when ``tensor`` is the very tensor described, with no change autograd knows of."""
         return (
             self.ref is not None
             and self.ref() is tensor
             and self.version == tensor._version
             and self.pointer == tensor.data_ptr()
-            and self.checksum == checksum(tensor)
         )
 
+    def record(self, value: Any = None, into: dict[str, Any] | None = None) -> dict[str, Any]:
+        """A record of this tensor (``value``: its file reference, in safetensors mode), new or ``into``."""
+        if self.stat_slot is not None:  # the stats' keys now, in the format's order; their values in fill()
+            fields = {"shape": self.shape, "dtype": self.dtype, "value": self.lines if value is None else value,
+                      "mean": None, "std": None, "min": None, "max": None}
+        else:
+            fields = {"shape": self.shape, "dtype": self.dtype, "value": self.lines if value is None else value}
+            fields.update(self.stats)
+        if into is None:
+            record = fields
+        else:
+            record = into
+            record.update(fields)
+        if self.stat_slot is not None or self.text_slot is not None:
+            self.records.append(record)
+        return record
 
-_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-_SUM = {1: torch.int32, 2: torch.int32, 4: torch.int32, 8: torch.int64}
+    def fill(self, texts: dict[tuple, list[str]]) -> None:
+        """Format the values that arrived on the host, and complete every record waiting for them."""
+        if self.stat_slot is not None:
+            assert self.stat_format is not None
+            self.stats = format_stats(self.stat_slot.values(), *self.stat_format)
+            self.stat_slot = None
+        text_slot, self.text_slot = self.text_slot, None
+        if text_slot is not None:
+            assert self.layout is not None
+            if self.checksum is None:  # no reuse of this tensor by checksum (on a device): reuse by values
+                self.lines = _lines_of(text_slot.values(), self.layout, texts)
+            else:
+                self.lines = format_text(text_slot.values(), self.layout).splitlines()
+        for record in self.records:
+            if text_slot is not None:
+                record["value"] = self.lines
+            record.update(self.stats)
+        self.records = []
 
 
-def checksum(tensor: torch.Tensor) -> int:
-    """The wrapping sum of a tensor's bits as integers: changes when any value changes (short of contrived swaps)."""
-    if tensor.numel() == 0:
-        return 0
-    size = tensor.element_size()
-    return int(tensor.view(_BITS[size]).sum(dtype=_SUM[size]))
+def _lines_of(values: list, layout: Layout, texts: dict[tuple, list[str]]) -> list[str]:
+    """The printed lines of a tensor from its gathered values; formatted once per layout and exact values."""
+    exact = not layout.floating or 0.0 not in values  # 0.0 == -0.0, yet they print differently
+    key = (layout, tuple(values)) if exact else None
+    lines = texts.get(key) if key is not None else None
+    if lines is None:
+        lines = format_text(values, layout).splitlines()
+        if key is not None:
+            texts[key] = lines
+    return lines
+
+
+class _Save:
+    """One tensor of a record to write to a safetensors file, and the record it completes."""
+
+    __slots__ = ("candidate", "host", "name", "record", "seen", "tensor")
+
+    def __init__(self, tensor: torch.Tensor, name: str, seen: _Seen | None) -> None:
+        self.record: dict[str, Any] = {}  # keys in the format's order once complete
+        self.tensor = tensor
+        self.name = name
+        self.seen = seen
+        self.candidate = seen is not None  # the same object seen before: its file may be reused
+        self.host: torch.Tensor | None = None
+
+    def complete(self, value: list[str] | str) -> None:
+        assert self.seen is not None
+        self.seen.record(value, into=self.record)
+
+
+def _plain_data(tensor: torch.Tensor) -> bool:
+    """True for a dense tensor whose bytes can be moved with others in one transfer."""
+    return (
+        type(tensor) in (torch.Tensor, torch.nn.Parameter)
+        and tensor.layout == torch.strided
+        and not tensor.is_meta
+        and not tensor.is_quantized
+        and not tensor.is_nested
+        and not torch._C._functorch.is_functorch_wrapped_tensor(tensor)
+        and not torch._is_functional_tensor(tensor)
+    )
 
 
 def _slow_stats(tensor: torch.Tensor) -> dict[str, str]:

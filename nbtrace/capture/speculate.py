@@ -20,7 +20,7 @@ than the block's own tensors are alive in most models.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -33,25 +33,57 @@ from .serialize import local_tensor
 _BROKEN = -2
 
 
+def named_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """``list(model.named_modules())`` (same order, same names), without a generator per level of nesting."""
+    out: list[tuple[str, nn.Module]] = []
+    memo: set[nn.Module] = set()
+    stack: list[tuple[str, nn.Module]] = [("", model)]
+    while stack:
+        prefix, module = stack.pop()
+        if module in memo:
+            continue
+        if type(module).named_modules is not nn.Module.named_modules:  # a module that walks its own way
+            return list(model.named_modules())
+        memo.add(module)
+        out.append((prefix, module))
+        children = [(f"{prefix}.{name}" if prefix else name, child) for name, child in module._modules.items()
+                    if child is not None]
+        stack.extend(reversed(children))
+    return out
+
+
 def numbered_containers(model: nn.Module, class_name: str) -> dict[str, int]:
     """Module path -> number of children, for modules whose children are named 0, 1, … N-1."""
     found = {}
-    for name, module in model.named_modules():
+    for name, module in named_modules(model):
         keys = list(module._modules)
         if keys and all(key.isdigit() for key in keys) and sorted(map(int, keys)) == list(range(len(keys))):
             found[f"{class_name}.{name}" if name else class_name] = len(keys)
     return found
 
 
+class Site:
+    """One wrapped module: its path and where it sits in a layer stack, worked out once when it is wrapped."""
+
+    __slots__ = ("has_children", "marker", "path", "split")
+
+    def __init__(self, path: str, has_children: bool) -> None:
+        self.path = path
+        self.has_children = has_children
+        self.split = split_layer_path(path)  # ("….layers", 3) for a block of a layer stack
+        self.marker = f".{self.split[1]}." if self.split else None  # a child path with it makes it a layer block
+
+
 class Frame:
     """One open call: its JSON node plus what the speculation tracks about it."""
 
-    __slots__ = ("node", "marker", "progress", "held")
+    __slots__ = ("held", "marker", "node", "progress", "split", "started")
 
-    def __init__(self, node: dict[str, Any]) -> None:
+    def __init__(self, node: dict[str, Any], site: Site) -> None:
         self.node = node
-        split = split_layer_path(node["module_path"])
-        self.marker = f".{split[1]}." if split else None  # a child path with it makes this a layer block
+        self.started = 0.0  # time.perf_counter() when the call began
+        self.split = site.split
+        self.marker = site.marker
         self.progress: dict[str, int] = {}  # container -> last block index of an unbroken 0, 1, 2 … run
         self.held: list[Deferred] = []
 
@@ -59,14 +91,16 @@ class Frame:
 class Deferred:
     """The held values of one predicted-pruned layer block (and every call inside it)."""
 
-    __slots__ = ("node", "entries")
+    __slots__ = ("entries", "node")
 
     def __init__(self, node: dict[str, Any]) -> None:
         self.node = node
         self.entries: list[tuple[dict[str, Any], str, Any, str, bool, list[tuple[torch.Tensor, int]]]] = []
 
     def hold(self, node: dict[str, Any], key: str, value: Any, name: str) -> None:
-        versions = [(t, t._version) for t in _tensors(value) if not t.is_inference()]
+        tensors: list[torch.Tensor] = []
+        _tensors(value, tensors)
+        versions = [(t, t._version) for t in tensors if not t.is_inference()]
         self.entries.append((node, key, value, name, torch.is_grad_enabled(), versions))
 
     def settle(self, serialize: Callable[[Any, str], Any]) -> None:
@@ -96,16 +130,13 @@ class Speculation:
         self.serialize = serialize
         self.deferring: Deferred | None = None
 
-    def begin(self, node: dict[str, Any], parent: Frame | None) -> bool:
+    def begin(self, node: dict[str, Any], parent: Frame | None, site: Site) -> bool:
         """At the start of a call: True when its values (and its subtree's) are to be held."""
         if self.deferring is not None:
             return True
-        if parent is None:
+        if parent is None or site.split is None:
             return False
-        split = split_layer_path(node["module_path"])
-        if split is None:
-            return False
-        prefix, index = split
+        prefix, index = site.split
         length = self.containers.get(prefix)
         if length is None or index >= length - 1 or parent.progress.get(prefix) != index - 1:
             return False
@@ -142,26 +173,27 @@ class Speculation:
         for deferred in frame.held:
             deferred.settle(self.serialize)
         frame.held = []
-        if parent is None or not is_layer_block(frame.node):
+        if parent is None or frame.split is None or not is_layer_block(frame.node):
             return
-        split = split_layer_path(frame.node["module_path"])
-        assert split is not None
-        prefix, index = split
+        prefix, index = frame.split
         previous = parent.progress.get(prefix)
         expected = 0 if previous is None else previous + 1
         parent.progress[prefix] = index if index == expected and previous != _BROKEN else _BROKEN
 
 
-def _tensors(value: Any) -> Iterator[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        yield value
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            yield from _tensors(item)
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from _tensors(item)
-    else:
-        local = local_tensor(value)
-        if local is not None:
-            yield local
+def _tensors(value: Any, out: list[torch.Tensor]) -> None:
+    """Append every tensor in ``value`` (nested lists, tuples, dicts; DTensor shards) to ``out``."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is torch.Tensor or isinstance(item, torch.Tensor):
+            out.append(item)
+        elif kind is tuple or kind is list or isinstance(item, (list, tuple)):
+            stack.extend(reversed(item))
+        elif kind is dict or isinstance(item, dict):
+            stack.extend(reversed(item.values()))
+        elif item is not None and kind not in (str, int, float, bool):
+            local = local_tensor(item)
+            if local is not None:
+                out.append(local)

@@ -27,13 +27,21 @@ _MAX_NAME_BYTES = 200
 def prepare_debug_dir(debug_path: str | os.PathLike | None) -> Path:
     """Create ``debug_path`` if needed and prove it is writable; a clear ValueError otherwise."""
     target = Path(debug_path) if debug_path else Path(".")
+    created = False
     try:
         if not target.is_dir():
-            target.mkdir(parents=True, exist_ok=True)
+            target.mkdir(parents=True)
+            created = True
+    except FileExistsError:
+        pass
     except OSError as exc:
         raise ValueError(f"debug_path={str(debug_path)!r} cannot be used as a folder: {exc.strerror or exc}") from exc
     if not target.is_dir():
         raise ValueError(f"debug_path={str(debug_path)!r} is not a folder")
+    if created:  # a folder of our own, empty: its permissions say whether it is writable
+        if not os.access(target, os.W_OK | os.X_OK):
+            raise ValueError(f"debug_path={str(debug_path)!r} is not writable: Permission denied")
+        return target.resolve()
     probe = target / f".nbtrace-write-check-{os.getpid()}"
     try:
         probe.write_bytes(b"")
@@ -98,52 +106,120 @@ def summary_tree(tree: Any) -> Any:
 
 
 def encode_tree(tree: dict[str, Any]) -> bytes:
-    """The bytes transformers writes for a tree: those of ``json.dump(tree, f, indent=2)``.
+    """The bytes transformers writes for a tree: those of ``json.dump(tree, f, indent=2)``."""
+    return encode_trees(tree)[0]
+
+
+def encode_trees(tree: dict[str, Any]) -> tuple[bytes, bytes]:
+    """The bytes of the FULL file of ``tree`` and of its SUMMARY (``summary_tree``), in one walk.
 
     Python's indented JSON encoder is pure Python; this one knows the tree holds
     dicts, lists, strings and None, escapes strings with json's C escaper, and
-    writes a list of strings (a tensor's printed lines) in one join.
+    writes a list of strings (a tensor's printed lines) in one join. The SUMMARY
+    is the FULL text without the ``"value"`` entries of tensor records: the walk
+    notes where each one is.
     """
-    parts: list[str] = []
-    _encode(tree, "\n", parts)
-    return "".join(parts).encode("ascii")
+    writer = _Writer()
+    writer.encode(tree, "\n")
+    parts = writer.parts
+    full = "".join(parts).encode("ascii")
+    if writer.first_value:  # a record that starts with "value": no separator to cut with it
+        return full, encode_tree(summary_tree(tree))
+    if not writer.cuts:
+        return full, full
+    kept, start = [], 0
+    for cut_start, cut_stop in writer.cuts:
+        kept.append("".join(parts[start:cut_start]))
+        start = cut_stop
+    kept.append("".join(parts[start:]))
+    return full, "".join(kept).encode("ascii")
 
 
 _escape = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
 
 
-def _encode(value: Any, newline: str, parts: list[str]) -> None:
-    if isinstance(value, str):
-        parts.append(_escape(value))
-    elif isinstance(value, dict):
-        if not value:
-            parts.append("{}")
-            return
-        inner = newline + "  "
-        separator = "{" + inner
-        for key, item in value.items():
-            parts.append(separator)
-            parts.append(_escape(key) if isinstance(key, str) else _key(key))
-            parts.append(": ")
-            _encode(item, inner, parts)
-            separator = "," + inner
-        parts.append(newline + "}")
-    elif isinstance(value, (list, tuple)):
-        if not value:
-            parts.append("[]")
-            return
-        inner = newline + "  "
-        if all(type(item) is str for item in value):
-            parts.append("[" + inner + ("," + inner).join(map(_escape, value)) + newline + "]")
-            return
-        separator = "[" + inner
-        for item in value:
-            parts.append(separator)
-            _encode(item, inner, parts)
-            separator = "," + inner
-        parts.append(newline + "]")
-    else:  # None, numbers, booleans: exactly as json writes them
-        parts.append(json.dumps(value))
+class _Writer:
+    """The parts of one indented JSON text, and where tensor records' values lie among them."""
+
+    __slots__ = ("_keys", "_lines", "cuts", "first_value", "parts")
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.cuts: list[tuple[int, int]] = []  # [start, stop) of each record's ``,\n  "value": …`` parts
+        self.first_value = False
+        self._lines: dict[tuple[int, str], str] = {}  # a list of lines shared by records: escaped once
+        self._keys: dict[str, str] = {}  # '"key": ' of each string key met
+
+    def _strings(self, value: list[str], newline: str) -> str:
+        """A non-empty list of strings; the same list (lines shared by records) is escaped once per indent."""
+        key = (id(value), newline)
+        text = self._lines.get(key)
+        if text is None:
+            inner = newline + "  "
+            text = self._lines[key] = "[" + inner + ("," + inner).join(map(_escape, value)) + newline + "]"
+        return text
+
+    def encode(self, value: Any, newline: str) -> None:
+        parts = self.parts
+        kind = type(value)
+        if kind is str:
+            parts.append(_escape(value))
+        elif kind is dict or isinstance(value, dict):
+            if not value:
+                parts.append("{}")
+                return
+            inner = newline + "  "
+            record = is_tensor_record(value)
+            keys = self._keys
+            separator = "{" + inner
+            for key, item in value.items():
+                start = len(parts)
+                if type(key) is str:
+                    name = keys.get(key)
+                    if name is None:
+                        name = keys[key] = _escape(key) + ": "
+                else:
+                    name = (_escape(key) if isinstance(key, str) else _key(key)) + ": "
+                kind = type(item)
+                if kind is str:
+                    parts.append(separator + name + _escape(item))
+                elif item is None:
+                    parts.append(separator + name + "null")
+                elif kind is list and item and type(item[0]) is str and _all_str(item):  # printed lines
+                    parts.append(separator + name + self._strings(item, inner))
+                else:
+                    parts.append(separator + name)
+                    self.encode(item, inner)
+                if record and key == "value":
+                    if separator[0] == "{":
+                        self.first_value = True
+                    self.cuts.append((start, len(parts)))
+                separator = "," + inner
+            parts.append(newline + "}")
+        elif kind is list or isinstance(value, (list, tuple)):
+            if not value:
+                parts.append("[]")
+                return
+            if _all_str(value):
+                parts.append(self._strings(value, newline))
+                return
+            inner = newline + "  "
+            separator = "[" + inner
+            for item in value:
+                parts.append(separator)
+                self.encode(item, inner)
+                separator = "," + inner
+            parts.append(newline + "]")
+        elif isinstance(value, str):
+            parts.append(_escape(value))
+        elif value is None:
+            parts.append("null")
+        else:  # numbers, booleans: exactly as json writes them
+            parts.append(json.dumps(value))
+
+
+def _all_str(items: list | tuple) -> bool:
+    return set(map(type, items)) == {str}
 
 
 def _key(key: Any) -> str:
@@ -155,17 +231,30 @@ def write_trace_files(tree: dict[str, Any], folder: Path, class_name: str) -> tu
     """Write the FULL and SUMMARY files of ``tree`` into ``folder``; returns their paths."""
     full = folder / f"{class_name}{FULL_SUFFIX}"
     summary = folder / f"{class_name}{SUMMARY_SUFFIX}"
-    write_atomic(full, encode_tree(tree))
-    write_atomic(summary, encode_tree(summary_tree(tree)))
+    full_bytes, summary_bytes = encode_trees(tree)
+    write_atomic(full, full_bytes)
+    write_atomic(summary, summary_bytes)
     return full, summary
 
 
-def write_sidecar(folder: Path, class_name: str, sections: dict[str, Any]) -> Path | None:
-    """Write nbtrace's sidecar (``core/sidecar.py``) beside the trace files; nothing when ``sections`` is empty."""
+def write_sidecar(
+    folder: Path, class_name: str, sections: dict[str, Any], encoded: dict[str, str] | None = None
+) -> Path | None:
+    """Write nbtrace's sidecar (``core/sidecar.py``) beside the trace files; nothing when ``sections`` is empty.
+
+    ``encoded``: sections whose JSON text is known already (``json.dumps(section, indent=1, sort_keys=True)``),
+    spliced in rather than encoded again; the file is the same bytes either way.
+    """
     if not sections:
         return None
     path = folder / f"{class_name}{SIDECAR_SUFFIX}"
-    write_atomic(path, json.dumps(sidecar_document(sections), indent=1, sort_keys=True).encode("utf-8"))
+    marks = {name: f"\0nbtrace:{name}\0" for name in (encoded or {}) if name in sections}
+    document = sidecar_document({name: marks.get(name, value) for name, value in sections.items()})
+    text = json.dumps(document, indent=1, sort_keys=True)
+    for name, mark in marks.items():  # a section is two levels deep in the document
+        assert encoded is not None
+        text = text.replace(json.dumps(mark), encoded[name].replace("\n", "\n  "), 1)
+    write_atomic(path, text.encode("utf-8"))
     return path
 
 
@@ -215,11 +304,14 @@ class TensorStore:
         """Save ``tensor`` under ``name``; returns the reference the JSON holds (``./file``)."""
         from safetensors.torch import save_file
 
+        from .transfer import to_host
+
         file_name = self.file_name(name)
         target = os.path.join(self._dir, file_name)
         tmp = os.path.join(self._dir, _temp_name(file_name))
         try:
-            save_file({"data": tensor.detach().contiguous().cpu()}, tmp)
+            data = tensor.detach().contiguous()
+            save_file({"data": data if data.device.type == "cpu" else to_host(data)}, tmp)
             os.replace(tmp, target)
         except BaseException:
             _unlink(tmp)
