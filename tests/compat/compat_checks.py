@@ -12,48 +12,30 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-
-if __package__:
-    from .tree_tools import (
-        LAYER_SUFFIX_RE,
-        dump,
-        read_bytes,
-        iter_nodes,
-        iter_tensor_records,
-        iter_non_tensor_value_keys,
-        transformers_strip,
-        strip_tensor_values,
-        first_differences,
-        unified_diff,
-        json_diffs,
-        AlignmentError,
-        align,
-        lookup,
-        tensors_equal,
-        load_st,
-    )
-else:  # run as a script: python tests/compat/compat_checks.py
-    from tree_tools import (  # type: ignore[no-redef]
-        LAYER_SUFFIX_RE,
-        dump,
-        read_bytes,
-        iter_nodes,
-        iter_tensor_records,
-        iter_non_tensor_value_keys,
-        transformers_strip,
-        strip_tensor_values,
-        first_differences,
-        unified_diff,
-        json_diffs,
-        AlignmentError,
-        align,
-        lookup,
-        tensors_equal,
-        load_st,
-    )
+if not __package__:  # run as a script: python tests/compat/compat_checks.py
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from tests.compat.tree_tools import (  # noqa: E402
+    LAYER_SUFFIX_RE,
+    dump,
+    read_bytes,
+    iter_nodes,
+    iter_tensor_records,
+    iter_non_tensor_value_keys,
+    transformers_strip,
+    strip_tensor_values,
+    first_differences,
+    unified_diff,
+    json_diffs,
+    AlignmentError,
+    align,
+    lookup,
+    tensors_equal,
+    load_st,
+)
 
 
 # ---------------------------------------------------------------------------------------------------------
