@@ -22,6 +22,7 @@ from .findings import Finding, Verdict
 from .flow import Slot
 from .metrics import TensorDiff
 from .rounding import B_CODE, B_LEAF, brief, confidence
+from .weights import serious_inside
 
 if TYPE_CHECKING:  # pragma: no cover
     from .comparison import Comparison
@@ -70,16 +71,11 @@ def file_divergence(comparison: Comparison, judge: FileVerdict, finding: Finding
     pruned = None
     if producer.gap is not None:
         pruned = (f"{producer.gap.prefix}.{producer.gap.first}", f"{producer.gap.prefix}.{producer.gap.last}")
-    match = comparison.match_of(culprit)
     seen_match = comparison.match_of(seen)
     top = finding.top()
     sure = confidence(finding.score) if finding.note != UNKNOWN_INPUTS else "likely"
-    result = FirstDivergence(
-        module_path=culprit.module_path,
-        b_path=match.b.module_path if match else None,
-        call_index=culprit.call_index,
-        node=culprit,
-        b_node=match.b if match else None,
+    result = FirstDivergence.blaming(
+        comparison, culprit,
         observed_path=seen.module_path,
         io=place.io,
         arg=place.arg,
@@ -99,7 +95,7 @@ def file_divergence(comparison: Comparison, judge: FileVerdict, finding: Finding
         evidence=sorted(finding.evidence, key=lambda e: -e.score),
     )
     result.reason = _reason(result, finding, culprit, seen) + (f" ({sure}: {brief(top)})" if top else "")
-    result.weights = weights_inside(comparison, culprit.module_path)
+    result.weights = serious_inside(comparison.weights, culprit.module_path)
     return result
 
 
@@ -224,12 +220,8 @@ def replay_divergence(comparison: Comparison, finding: Finding, result: Replayed
     if skipped:
         own = f"its own code or one of {len(skipped)} call(s) inside it that could not be replayed"
     reason = f"run on the reference's recorded inputs, {own} differs beyond rounding"
-    result_div = FirstDivergence(
-        module_path=node.module_path,
-        b_path=match.b.module_path if match else None,
-        call_index=node.call_index,
-        node=node,
-        b_node=match.b if match else None,
+    result_div = FirstDivergence.blaming(
+        comparison, node,
         observed_path=node.module_path,
         io="output",
         arg=result.output.rsplit(" ", 1)[-1] if result.output else "out",
@@ -245,11 +237,5 @@ def replay_divergence(comparison: Comparison, finding: Finding, result: Replayed
         evidence=sorted(finding.evidence, key=lambda e: -e.score),
         replayed=True,
     )
-    result_div.weights = weights_inside(comparison, node.module_path)
+    result_div.weights = serious_inside(comparison.weights, node.module_path)
     return result_div
-
-
-def weights_inside(comparison: Comparison, path: str):
-    """The serious weight findings of the module at ``path`` and the modules inside it (pruned ones too)."""
-    return [w for w in comparison.weights if w.serious and (w.module_path == path or
-                                                          w.module_path.startswith(path + "."))]

@@ -21,12 +21,12 @@ divergence cannot be pinned to one module and ``exact`` is False.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..core.node import Node
 from .evidence import Evidence
 from .metrics import TensorDiff
-from .weights import WeightFinding
+from .weights import WeightFinding, serious_inside
 
 if TYPE_CHECKING:  # pragma: no cover
     from .comparison import Comparison
@@ -78,6 +78,14 @@ class FirstDivergence:
     weights: list[WeightFinding] = field(default_factory=list)
     replayed: bool = False
     step: int = 0
+
+    @classmethod
+    def blaming(cls, comparison: Comparison, node: Node, **fields: Any) -> FirstDivergence:
+        """A first divergence that blames ``node`` (a call of a); b's counterpart comes from the alignment."""
+        match = comparison.match_of(node)
+        b_node = match.b if match else None
+        return cls(module_path=node.module_path, b_path=b_node.module_path if b_node else None,
+                   call_index=node.call_index, node=node, b_node=b_node, **fields)
 
     @property
     def score(self) -> float | None:
@@ -145,19 +153,14 @@ def first_divergence(comparison: Comparison) -> FirstDivergence | None:
             culprit, how = seen, "model inputs"
         else:
             culprit, how = _innermost(events, good, bad), "inside"
-    match = comparison.match_of(culprit)
     seen_match = comparison.match_of(seen)
     assert seen_match is not None
     failing = [d for d in seen_match.diffs if d.io == event.io and d.ok is False]
     worst = max(failing, key=lambda d: (d.score if d.score is not None else -1.0))
     unobserved, pruned_nodes = unobserved_between(comparison, events, good, bad, culprit, seen)
     pruned = _pruned_range(comparison, pruned_nodes, gap)
-    result = FirstDivergence(
-        module_path=culprit.module_path,
-        b_path=match.b.module_path if match else None,
-        call_index=culprit.call_index,
-        node=culprit,
-        b_node=match.b if match else None,
+    result = FirstDivergence.blaming(
+        comparison, culprit,
         observed_path=seen.module_path,
         io=event.io,
         arg=worst.arg,
@@ -180,8 +183,7 @@ def first_divergence(comparison: Comparison) -> FirstDivergence | None:
     result.reason = _reason(result, how, seen, culprit)
     result.evidence = [_tolerance_evidence(worst)]
     result.confidence = "likely"  # a per-element tolerance cannot tell what a call added from what it inherited
-    inside = {n.module_path for n in culprit.walk()}
-    result.weights = [w for w in comparison.weights if w.serious and w.module_path in inside]
+    result.weights = serious_inside(comparison.weights, culprit.module_path)
     return result
 
 

@@ -67,6 +67,11 @@ def compare_parameters(
     return findings
 
 
+def serious_inside(findings: list[WeightFinding], path: str) -> list[WeightFinding]:
+    """The serious findings of the module at ``path`` and of the modules inside it (pruned ones too)."""
+    return [w for w in findings if w.serious and (w.module_path == path or w.module_path.startswith(path + "."))]
+
+
 def pruned_paths(pairs: list[tuple[Node, Node]], a_section: dict[str, Any],
                  b_section: dict[str, Any]) -> list[tuple[str, str]]:
     """Module paths of a and b inside layer blocks neither trace holds (pruned): ``prefix.N…`` of a with the
