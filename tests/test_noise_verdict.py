@@ -33,14 +33,18 @@ def _traced(model, folder, x):
     return nbtrace.load_trace(folder)
 
 
-def test_a_nan_is_born_where_it_first_appears(tmp_path):
+def _compare_port(port_class, tmp_path, rows: int):
+    """``Net`` against ``port_class`` with the same weights, both traced on the same ``rows`` inputs."""
     torch.manual_seed(0)
-    x = torch.randn(64, 8)
+    x = torch.randn(rows, 8)
     reference = Net().eval()
-    a = _traced(reference, tmp_path / "a", x)
-    port = NaNPort().eval()
+    port = port_class().eval()
     port.load_state_dict(reference.state_dict())
-    c = nbtrace.compare(a, _traced(port, tmp_path / "nan", x))
+    return nbtrace.compare(_traced(reference, tmp_path / "a", x), _traced(port, tmp_path / "b", x))
+
+
+def test_a_nan_is_born_where_it_first_appears(tmp_path):
+    c = _compare_port(NaNPort, tmp_path, rows=64)
     first = c.first_divergence
     assert (first.module_path, first.observed_path, first.io) == ("Net", "Net.c", "input"), c.summary()
     assert first.evidence[0].test == "broken" and "NaN/inf" in first.reason
@@ -69,13 +73,7 @@ class ScaledPort(Net):
 
 
 def test_an_evidence_sentence_says_what_its_numbers_show(tmp_path):
-    torch.manual_seed(0)
-    x = torch.randn(4096, 8)
-    reference = Net().eval()
-    a = _traced(reference, tmp_path / "a", x)
-    port = ScaledPort().eval()
-    port.load_state_dict(reference.state_dict())
-    c = nbtrace.compare(a, _traced(port, tmp_path / "b", x))
+    c = _compare_port(ScaledPort, tmp_path, rows=4096)
     scale = next(e for e in c.first_divergence.evidence if e.test == "scale")
     assert scale.score >= 1 and "b is the reference times (1+0.01)" in scale.sentence
     assert "rounding has no preferred direction" in scale.sentence
