@@ -62,8 +62,9 @@ def _demo(args: argparse.Namespace) -> int:
     say(format_tree(result, max_depth=args.depth))
     say()
     folder = result.source.parent
-    written = sorted(p.name for p in folder.iterdir() if p.name.startswith(result.model_name + "_debug_tree_"))
-    tensor_files = sorted(p.name for p in folder.iterdir() if p.suffix == ".safetensors")
+    names = sorted(p.name for p in folder.iterdir())
+    written = [name for name in names if name.startswith(result.model_name + "_debug_tree_")]
+    tensor_files = [name for name in names if name.endswith(".safetensors")]
     say(f"{len(result)} module calls traced; files written to {folder.resolve()}:")
     for name in written:
         say(f"  {name}")
@@ -132,6 +133,7 @@ def read_rename(path: str | os.PathLike) -> dict[str, str]:
 
 def _diff(args: argparse.Namespace) -> int:
     from .core.forwards import forward_sources
+    from .diff.ranked import BothRanked
     from .diff.step_compare import compare
     from .diff.steps import StepsComparison
     from .render.steps_text import format_steps_table
@@ -156,7 +158,7 @@ def _diff(args: argparse.Namespace) -> int:
     try:
         comparison = compare(a, b, rename=rename, rtol=args.rtol, atol=args.atol, ignore=args.ignore)
     except ValueError as exc:  # traces that cannot be compared as given (two tensor-parallel runs, for one)
-        hint = " (nbtrace diff A B --rank R compares one rank of each)" if "tensor-parallel" in str(exc) else ""
+        hint = " (nbtrace diff A B --rank R compares one rank of each)" if isinstance(exc, BothRanked) else ""
         raise InputError("diff", f"{exc}{hint}") from None
     say(comparison.summary())
     say()

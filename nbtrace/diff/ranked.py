@@ -93,11 +93,15 @@ class _Place:
         return all(len(s) == len(shape) and all(x <= y for x, y in zip(s, shape)) for s in shapes)
 
 
+class BothRanked(ValueError):
+    """Both sides of a comparison are tensor-parallel runs: they are compared one rank of each."""
+
+
 def call_comparer(a: Trace, b: Trace, rtol: float | None, atol: float | None,
                   ignore: re.Pattern[str] | None, observe: CallObserver | None = None) -> CallComparer:
     """How ``compare`` compares the tensors of two aligned calls: through the ranks when a side has them."""
     if a.ranks and b.ranks:
-        raise ValueError("both traces are tensor-parallel runs: compare them rank by rank, e.g. "
+        raise BothRanked("both traces are tensor-parallel runs: compare them rank by rank, e.g. "
                          "compare(load_trace(a, rank=r), load_trace(b, rank=r))")
     if a.ranks or b.ranks:
         return RankedCalls(b if b.ranks else a, bool(b.ranks), rtol, atol, ignore)
