@@ -17,6 +17,7 @@ from tests.models.generation import (
     ROOT,
     Bug,
     build_reference,
+    check_planted,
     generate,
     make_port,
     make_prompt,
@@ -57,6 +58,14 @@ def runs(reference, prompt, tmp_path_factory):
 def side(runs, name: str, source: str):
     folder, recorder = runs(name)
     return {"folder": folder, "list": nbtrace.load_traces(folder), "recorder": recorder}[source]
+
+
+@pytest.mark.parametrize("bug", [None, *Bug], ids=lambda b: b.value if b else "clean")
+def test_every_planted_bug_still_changes_what_the_port_computes(reference, prompt, bug):
+    # the guard against an upstream release that silently bypasses a planted bug (transformers 5.24 renamed
+    # the cache keyword, and the old planting saw two identical runs): its message names transformers' version
+    differences = check_planted(reference, prompt, bug)
+    assert len(differences) == 3
 
 
 @pytest.mark.parametrize("source", SOURCES)

@@ -2,10 +2,13 @@
 
 The reference is transformers' ``LlamaForCausalLM`` built from a small config with a
 fixed seed and eager attention (nothing downloaded). ``make_port`` copies it (same
-weights), switches the copy to SDPA attention and optionally plants ONE bug that only
-shows in the one-token decode steps of ``generate`` with a KV cache. Bugs are planted
-by replacing the ``forward`` of module *instances* of the copy; transformers itself is
-never modified.
+weights) and gives every layer the port's own attention (``PortAttention``: its own
+rotary, SDPA call and use of the KV cache); it optionally plants ONE bug that only shows
+in the one-token decode steps of ``generate`` with a KV cache. The cache and mask bugs
+are the port's own code, so they do not depend on what transformers calls its keywords;
+the two position bugs edit ``position_ids`` on module *instances* of the copy. transformers
+itself is never modified. ``check_planted`` proves that each bug still changes what the
+port computes (and names transformers' version when an upstream change undid one).
 
 Steps are counted like the forwards of ``generate``: step 0 is the prefill over the
 prompt, step ``k >= 1`` the k-th one-token decode step. ``BUG_SITES`` says, in the
@@ -90,15 +93,134 @@ def trace_generate(model: nn.Module, prompt: torch.Tensor, steps: int, folder: P
     return rec
 
 
+def last_logits(model: nn.Module, prompt: torch.Tensor, steps: int) -> list[torch.Tensor]:
+    """The logits of the last position at each of ``steps`` forwards of greedy ``generate`` (a plain torch hook)."""
+    seen: list[torch.Tensor] = []
+    hook = model.lm_head.register_forward_hook(lambda module, args, out: seen.append(out[:, -1].detach().clone()))
+    try:
+        generate(model, prompt, steps)
+    finally:
+        hook.remove()
+    return seen
+
+
+def check_planted(reference: nn.Module, prompt: torch.Tensor, bug: Bug | str | None, steps: int = 3) -> list[float]:
+    """The largest logit difference port - reference at each step; AssertionError, naming the versions of
+    transformers and torch, when the planted ``bug`` no longer changes a decode step (or the clean port does)."""
+    import transformers
+
+    differences = [
+        float((a - b).abs().max())
+        for a, b in zip(last_logits(reference, prompt, steps), last_logits(make_port(reference, bug), prompt, steps))
+    ]
+    versions = f"transformers=={transformers.__version__}, torch=={torch.__version__}"
+    if bug is None:
+        assert max(differences) < 1e-3, f"the clean port differs from the reference by {differences} ({versions})"
+    else:
+        assert differences[0] < 1e-3, f"{Bug(bug).value} shows in the prefill: {differences} ({versions})"
+        assert max(differences[1:]) > 1e-2, (
+            f"planting {Bug(bug).value} no longer changes the port's decode steps ({differences}) with {versions}: "
+            "an upstream change bypasses the planted code; see the versions tests/models/generation.py knows"
+        )
+    return differences
+
+
 # -- the port ---------------------------------------------------------------------------------------
+# What the port touches of transformers, and the versions it is known to work with (4.48 .. 5.24):
+# - the decoder layer calls ``self_attn`` with the hidden states first and the rotary ``(cos, sin)`` pair and
+#   the KV cache among its keywords; their NAMES changed (``past_key_value`` -> ``past_key_values`` (4.56) ->
+#   ``cache`` (5.24)), so ``PortAttention`` finds them by what they are, never by name;
+# - it unpacks two results from ``self_attn`` (the output, the attention weights);
+# - ``Cache.update(keys, values, layer_idx)`` stores a step's keys/values and returns the layer's whole cache;
+# - ``LlamaModel.forward`` and ``LlamaRotaryEmbedding.forward`` take ``position_ids`` (the two position bugs).
+# A release that changes one of these makes ``check_planted`` fail, naming transformers' version.
 def make_port(reference: nn.Module, bug: Bug | str | None = None, layer: int = 1) -> nn.Module:
-    """A deep copy of ``reference`` with SDPA attention and, optionally, one decode-only ``bug``."""
+    """A deep copy of ``reference`` whose attention is the port's own (``PortAttention``, SDPA), with,
+    optionally, one decode-only ``bug`` (the cache and mask bugs live in layer ``layer``'s attention)."""
     port = copy.deepcopy(reference)
     port.set_attn_implementation("sdpa")
-    port.eval()
-    if bug is not None:
-        _PLANTERS[Bug(bug)](port, layer)
-    return port
+    bug = Bug(bug) if bug is not None else None
+    for index, block in enumerate(port.model.layers):
+        block.self_attn = PortAttention(block.self_attn, bug if index == layer and bug in _ATTENTION_BUGS else None)
+    if bug in _PLANTERS:
+        _PLANTERS[bug](port)
+    return port.eval()
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    first, second = x.chunk(2, dim=-1)
+    return torch.cat((-second, first), dim=-1)
+
+
+class PortAttention(nn.Module):
+    """The port's own attention: the reference layer's projections, its own rotary and SDPA call, and its
+    own use of the KV cache, where the attention bugs of ``Bug`` are planted.
+
+    It keeps the keys/values it last stored (``past``), which is what a cache bug attends to in place of
+    the cache it fails to update. Without a mask argument of its own: the prompt is causal, and a one-token
+    step sees every cached position (but for ``Bug.MASK``).
+    """
+
+    def __init__(self, reference: nn.Module, bug: Bug | None = None) -> None:
+        super().__init__()
+        self.q_proj, self.k_proj, self.v_proj, self.o_proj = (
+            copy.deepcopy(getattr(reference, name)) for name in ("q_proj", "k_proj", "v_proj", "o_proj")
+        )
+        self.layer_idx = reference.layer_idx
+        self.head_dim = reference.head_dim
+        self.bug = bug
+        self.past: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def forward(self, hidden_states: torch.Tensor, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, None]:
+        """Attention over ``hidden_states`` (batch, length, hidden); the rotary pair and cache come as keywords."""
+        batch, length, _ = hidden_states.shape
+        cos, sin = _find(kwargs, _is_rotary, "the rotary (cos, sin) pair")
+        cache = _find(kwargs, _is_cache, None)
+        query, key, value = (
+            project(hidden_states).view(batch, length, -1, self.head_dim).transpose(1, 2)
+            for project in (self.q_proj, self.k_proj, self.v_proj)
+        )
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        query, key = query * cos + _rotate_half(query) * sin, key * cos + _rotate_half(key) * sin
+        one_token_step = length == 1 and cache is not None and self.past is not None
+        mask = None
+        if one_token_step and self.bug is Bug.KV_NOT_APPENDED:
+            key, value = self.past  # attends to the cached past only and stores nothing
+        elif one_token_step and self.bug is Bug.KV_STALE:
+            key, value = torch.cat([self.past[0], key], dim=-2), torch.cat([self.past[1], value], dim=-2)
+        elif cache is not None:
+            key, value = cache.update(key, value, self.layer_idx)
+            self.past = key, value
+        if one_token_step and self.bug is Bug.MASK:  # a top-left causal mask: only key 0 is visible
+            mask = torch.zeros(1, key.shape[-2], dtype=torch.bool, device=key.device)
+            mask[0, 0] = True
+        groups = query.shape[1] // key.shape[1]
+        key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
+        out = nn.functional.scaled_dot_product_attention(
+            query, key, value, attn_mask=mask, is_causal=mask is None and length > 1 and length == key.shape[-2]
+        )
+        return self.o_proj(out.transpose(1, 2).reshape(batch, length, -1)), None
+
+
+def _is_rotary(value: Any) -> bool:
+    return isinstance(value, tuple) and len(value) == 2 and all(isinstance(v, torch.Tensor) for v in value)
+
+
+def _is_cache(value: Any) -> bool:
+    return callable(getattr(value, "update", None)) and callable(getattr(value, "get_seq_length", None))
+
+
+def _find(kwargs: dict[str, Any], test: Callable[[Any], bool], required: str | None) -> Any:
+    """The one keyword argument that passes ``test``, whatever its name; ``required`` names it if missing."""
+    found = [value for value in kwargs.values() if test(value)]
+    if not found and required is not None:
+        import transformers
+
+        raise TypeError(
+            f"PortAttention: no {required} among the keywords {sorted(kwargs)} "
+            f"(transformers=={transformers.__version__}; see the versions this port knows in tests/models/generation.py)"
+        )
+    return found[0] if found else None
 
 
 def _replace_forward(module: nn.Module, edit: Callable[[dict[str, Any]], None]) -> None:
@@ -122,11 +244,7 @@ def _replace_forward(module: nn.Module, edit: Callable[[dict[str, Any]], None]) 
     module.forward = forward
 
 
-def _one_token_step(arguments: dict[str, Any]) -> bool:
-    return arguments["hidden_states"].shape[1] == 1 and arguments.get("past_key_values") is not None
-
-
-def _plant_position_ids(port: nn.Module, layer: int) -> None:
+def _plant_position_ids(port: nn.Module) -> None:
     def edit(arguments: dict[str, Any]) -> None:
         source = arguments["input_ids"] if arguments.get("input_ids") is not None else arguments["inputs_embeds"]
         batch, length = source.shape[:2]
@@ -135,7 +253,7 @@ def _plant_position_ids(port: nn.Module, layer: int) -> None:
     _replace_forward(port.model, edit)
 
 
-def _plant_rope_off_by_one(port: nn.Module, layer: int) -> None:
+def _plant_rope_off_by_one(port: nn.Module) -> None:
     def edit(arguments: dict[str, Any]) -> None:
         if arguments["position_ids"].shape[-1] == 1:
             arguments["position_ids"] = arguments["position_ids"] + 1
@@ -143,66 +261,8 @@ def _plant_rope_off_by_one(port: nn.Module, layer: int) -> None:
     _replace_forward(port.model.rotary_emb, edit)
 
 
-def _plant_cache_bug(append: bool) -> Callable[[nn.Module, int], None]:
-    def plant(port: nn.Module, layer: int) -> None:
-        def edit(arguments: dict[str, Any]) -> None:
-            if _one_token_step(arguments):
-                arguments["past_key_values"] = _UnstoredCache(arguments["past_key_values"], append)
-
-        _replace_forward(port.model.layers[layer].self_attn, edit)
-
-    return plant
-
-
-def _plant_mask(port: nn.Module, layer: int) -> None:
-    attention = port.model.layers[layer].self_attn
-
-    def edit(arguments: dict[str, Any]) -> None:
-        if not _one_token_step(arguments):
-            return
-        hidden = arguments["hidden_states"]
-        keys = arguments["past_key_values"].get_seq_length(attention.layer_idx) + 1
-        wrong = torch.ones(1, keys, dtype=torch.bool, device=hidden.device).tril()[None, None]
-        wrong = wrong.expand(hidden.shape[0], 1, 1, keys)
-        mask = arguments.get("attention_mask")
-        if mask is None:
-            arguments["attention_mask"] = wrong
-        elif mask.dtype == torch.bool:
-            arguments["attention_mask"] = mask & wrong
-        else:
-            arguments["attention_mask"] = mask.masked_fill(~wrong, torch.finfo(mask.dtype).min)
-
-    _replace_forward(attention, edit)
-
-
-class _UnstoredCache:
-    """Stands in for a transformers ``Cache`` in one attention call: ``update`` does not store.
-
-    ``update`` returns the layer's cached keys/values, followed by the new ones when
-    ``append``, and leaves the cache as it was. Everything else is the real cache's.
-    """
-
-    def __init__(self, cache: Any, append: bool) -> None:
-        self._cache = cache
-        self._append = append
-
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args: Any, **kwargs: Any):
-        cached = self._cache.layers[layer_idx]
-        if not self._append:
-            return cached.keys, cached.values
-        return torch.cat([cached.keys, key_states], dim=-2), torch.cat([cached.values, value_states], dim=-2)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._cache, name)
-
-    def __repr__(self) -> str:
-        return repr(self._cache)
-
-
-_PLANTERS: dict[Bug, Callable[[nn.Module, int], None]] = {
+_ATTENTION_BUGS = (Bug.KV_NOT_APPENDED, Bug.KV_STALE, Bug.MASK)
+_PLANTERS: dict[Bug, Callable[[nn.Module], None]] = {
     Bug.POSITION_IDS: _plant_position_ids,
     Bug.ROPE_OFF_BY_ONE: _plant_rope_off_by_one,
-    Bug.KV_NOT_APPENDED: _plant_cache_bug(append=False),
-    Bug.KV_STALE: _plant_cache_bug(append=True),
-    Bug.MASK: _plant_mask,
 }
