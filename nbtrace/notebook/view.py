@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 from typing import Any
 
 import anywidget
@@ -12,23 +11,10 @@ import traitlets
 
 from ..core.node import Node
 from ..core.trace import Trace
+from .assets import CSS, ESM, ESM_PARTS
 from .shown import Shown, is_comparison, open_source, resolve_source
 
 __all__ = ["CSS", "ESM", "ESM_PARTS", "TraceView", "is_comparison", "resolve_source"]
-
-_HERE = Path(__file__).parent
-
-
-def _joined(*names: str) -> str:
-    return "\n".join((_HERE / name).read_text(encoding="utf-8") for name in names)
-
-
-# One ES module from its parts, split by purpose (no build step): the step picker first (trace_view.js
-# mounts it when it is there), the pure tree helpers, a row, the detail pane, a comparison's header and
-# legend, then the view itself.
-ESM_PARTS = ("step_bar.js", "tree_model.js", "tree_row.js", "detail_pane.js", "compare_head.js", "trace_view.js")
-ESM = _joined(*ESM_PARTS)
-CSS = _joined("trace_view.css", "compare_view.css", "step_bar.css")
 
 
 class TraceView(anywidget.AnyWidget):
@@ -177,6 +163,21 @@ class TraceView(anywidget.AnyWidget):
             self.send({"type": "detail", "row": row, "error": str(exc)})
             return
         self.send({"type": "detail", "row": row, "detail": detail})
+
+    # -- a file to send ------------------------------------------------------------------
+    def page_state(self) -> Any:
+        """What a saved page opens on: this view's steps, step, filter and selection (see ``save_html``)."""
+        from .html_file import PageState
+
+        return PageState(self._steps, self.step, self._shown, filter=self.filter, selected_row=self.selected_row,
+                         selected=self.selected, expand_depth=self._expand_depth)
+
+    def save_html(self, path: str | os.PathLike, *, values: bool = False) -> Any:
+        """Save what this view shows (every step, the step, filter and selection it is at) as one
+        self-contained, interactive HTML file; returns its path. See ``nbtrace.save_html``."""
+        from .html_file import save_html
+
+        return save_html(self, path, values=values)
 
     # -- display -----------------------------------------------------------------------
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
