@@ -133,6 +133,8 @@ def html_document(state: PageState, *, values: bool = False) -> str:
     }
     script = joined(*ESM_PARTS, "standalone.js")
     style = joined(*CSS_PARTS, "standalone.css")
+    if "</script" in script.lower() or "</style" in style.lower():  # would end the element early
+        raise ValueError("the page's module or style contains '</script' or '</style'; escape it in its source")
     policy = (f"default-src 'none'; script-src {_hash(script)}; style-src {_hash(style)}; "
               "base-uri 'none'; form-action 'none'")
     trace = state.shown.trace

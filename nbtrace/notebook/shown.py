@@ -62,7 +62,8 @@ def open_source(
         shown = steps.check(step) if step is not None else steps.initial_step()
         return steps, shown, steps.get(shown)
     if step not in (None, 0):
-        raise ValueError(f"step={step}: {type(source).__name__} holds a single forward")
+        what = repr(str(source)) if isinstance(source, (str, os.PathLike)) else type(source).__name__
+        raise ValueError(f"step={step}: {what} holds a single forward")
     trace, report = resolve_source(source, who)
     return None, 0, (trace, report, source if report is not None else None)
 
