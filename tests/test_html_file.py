@@ -54,7 +54,11 @@ def test_the_file_holds_what_the_view_shows_and_loads_nothing(demo, tmp_path):
     document = written.read_text(encoding="utf-8")
     shown = Shown(demo, None, None)
     data = blocks(document)
-    assert json.loads(data["nbt-payload-0"]) == json.loads(json.dumps(shown.rows))
+    payload = json.loads(data["nbt-payload-0"])
+    assert payload == json.loads(json.dumps(dict(shown.rows, source=payload["source"])))
+    # the sender's folders stay home: the source is named by its folder and file only
+    assert payload["source"] == f"{demo.source.parent.name}/{demo.source.name}"
+    assert str(demo.source.parent) not in document
     details = json.loads(data["nbt-details-0"])
     assert len(details) == len(shown.row_nodes) and details[3] == json.loads(json.dumps(shown.detail(3)))
     view = json.loads(data["nbt-view"])

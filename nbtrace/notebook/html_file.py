@@ -73,6 +73,30 @@ def _without_values(value: Any) -> Any:
     return value
 
 
+def _short_path(text: str) -> str:
+    """The last folder and the file name of a path: where it came from, without the sender's home folders."""
+    parts = Path(text).parts
+    return str(Path(*parts[-2:])) if len(parts) > 2 else text
+
+
+def _private(payload: dict[str, Any], details: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The payload and details with the local absolute paths they name cut to their last parts."""
+
+    def cut(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: _short_path(v) if k == "file_path" and v else cut(v) for k, v in value.items()}
+        return [cut(v) for v in value] if isinstance(value, list) else value
+
+    payload = dict(payload)
+    if "initial_detail" in payload:
+        payload["initial_detail"] = cut(payload["initial_detail"])
+    if payload.get("source"):
+        payload["source"] = _short_path(payload["source"])
+    if isinstance(payload.get("compare"), dict) and payload["compare"].get("b_source"):
+        payload["compare"] = dict(payload["compare"], b_source=_short_path(payload["compare"]["b_source"]))
+    return payload, [cut(detail) for detail in details]
+
+
 def _json(value: Any) -> str:
     """JSON that cannot end the <script> it sits in: every ``<``, ``>`` and ``&`` written as a \\u escape."""
     text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
@@ -115,6 +139,7 @@ def _forwards(state: PageState, values: bool) -> list[tuple[str, str]]:
         details: Any = [shown.detail(row) for row in range(len(shown.row_nodes))]
         if not values and _has_values(shown):
             payload, details = _without_values(payload), _without_values(details)
+        payload, details = _private(payload, details)
         out.append((_json(payload), _packed(details)))
     return out
 
