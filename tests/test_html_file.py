@@ -18,6 +18,7 @@ from torch import nn
 
 import nbtrace
 from nbtrace.cli import main
+from nbtrace.notebook import html_file
 from nbtrace.notebook.shown import Shown
 from tests.models.widget_models import FakeComparison, demo_trace, record
 
@@ -25,12 +26,16 @@ HOSTILE = "</script><img src=x onerror=alert(1)>"
 
 
 def blocks(document: str) -> dict[str, str]:
-    """The page's data blocks by id: JSON text, or for details the decompressed JSON text."""
-    found = {}
+    """The page's data blocks by id, as JSON text; a step's chunks of details inflated and joined as one list."""
+    found: dict[str, str] = {}
+    chunks: dict[str, list] = {}
     for kind, name, text in re.findall(r'<script type="application/(json|octet-stream)" id="([^"]+)">(.*?)</script>',
                                        document, flags=re.S):
-        found[name] = gzip.decompress(base64.b64decode(text)).decode() if kind == "octet-stream" else text
-    return found
+        if kind == "json":
+            found[name] = text
+        else:
+            chunks.setdefault(name.rsplit("-", 1)[0], []).extend(json.loads(gzip.decompress(base64.b64decode(text))))
+    return dict(found, **{name: json.dumps(rows) for name, rows in chunks.items()})
 
 
 class Hostile(nn.Module):
@@ -69,6 +74,16 @@ def test_the_file_holds_what_the_view_shows_and_loads_nothing(demo, tmp_path):
     assert not re.search(r"\b(src|href)\s*=", document.split("<script type=\"module\">")[0])
     assert "<link" not in document and "@import" not in document and "url(" not in document
     assert document.count('<script type="module">') == 1
+
+
+def test_details_come_in_chunks_of_rows(demo, tmp_path, monkeypatch):
+    monkeypatch.setattr(html_file, "DETAIL_CHUNK", 10)
+    document = nbtrace.save_html(demo, tmp_path / "demo.html").read_text(encoding="utf-8")
+    rows = len(Shown(demo, None, None).row_nodes)
+    assert re.findall(r'id="nbt-details-0-(\d+)"', document) == [str(c) for c in range(-(-rows // 10))]
+    details = json.loads(blocks(document)["nbt-details-0"])
+    assert [d["path"] for d in details] == [node.module_path if node else "" for node in Shown(demo, None, None).row_nodes]
+    assert json.loads(blocks(document)["nbt-view"])["chunk"] == 10
 
 
 def test_a_hostile_module_name_cannot_end_its_script(tmp_path):

@@ -23,6 +23,9 @@ from .assets import CSS_PARTS, ESM_PARTS, joined
 from .shown import Shown, open_source
 from .steps_source import StepSource
 
+#: rows whose details are packed together: the first selection inflates one chunk, not the whole trace's
+DETAIL_CHUNK = 1000
+
 #: every word the page itself shows (the view's words come with its payload)
 PAGE_WORDS = {
     "title": "nbtrace · {what}",
@@ -124,8 +127,9 @@ def _has_values(shown: Shown) -> bool:
     return any(side.kind != "summary" for side in sides)
 
 
-def _forwards(state: PageState, values: bool) -> list[tuple[str, str]]:
-    """Each step's payload (JSON) and its rows' details (packed); one forward: a list of one."""
+def _forwards(state: PageState, values: bool) -> list[tuple[str, list[str]]]:
+    """Each step's payload (JSON) and its rows' details, packed in chunks of ``DETAIL_CHUNK`` rows; one
+    forward: a list of one."""
     out = []
     count = state.steps.count if state.steps is not None else 1
     for k in range(count):
@@ -140,7 +144,7 @@ def _forwards(state: PageState, values: bool) -> list[tuple[str, str]]:
         if not values and _has_values(shown):
             payload, details = _without_values(payload), _without_values(details)
         payload, details = _private(payload, details)
-        out.append((_json(payload), _packed(details)))
+        out.append((_json(payload), [_packed(details[at:at + DETAIL_CHUNK]) for at in range(0, len(details), DETAIL_CHUNK)]))
     return out
 
 
@@ -154,6 +158,7 @@ def html_document(state: PageState, *, values: bool = False) -> str:
         "filter": state.filter,
         "selected_row": state.selected_row,
         "selected": state.selected,
+        "chunk": DETAIL_CHUNK,
         "words": {key: PAGE_WORDS[key] for key in ("missing_row", "unreadable")},
     }
     script = joined(*ESM_PARTS, "standalone.js")
@@ -182,7 +187,8 @@ def html_document(state: PageState, *, values: bool = False) -> str:
     ]
     for k, (payload, details) in enumerate(_forwards(state, values)):
         parts.append(_data(f"nbt-payload-{k}", payload))
-        parts.append(f'<script type="application/octet-stream" id="nbt-details-{k}">{details}</script>\n')
+        for chunk, packed in enumerate(details):
+            parts.append(f'<script type="application/octet-stream" id="nbt-details-{k}-{chunk}">{packed}</script>\n')
     parts.append(f'<script type="module">{script}</script>\n</body>\n</html>\n')
     return "".join(parts)
 

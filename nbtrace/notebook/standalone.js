@@ -1,8 +1,9 @@
 // A saved page (nbtrace/notebook/html_file.py): joined after trace_view.js in the page's one module script.
 // It plays anywidget's model for render() from the JSON the page carries, so the widget runs with no
 // kernel: `payload` is the shown step's <script id="nbt-payload-K">, a row's details (which a kernel
-// would send) come from <script id="nbt-details-K"> (compressed), read when a row of that step is first
-// selected, and a new step swaps the payload as the kernel does. The page follows the system's theme.
+// would send) come from <script id="nbt-details-K-C"> (compressed, by chunks of rows), read when a row of
+// the chunk is first selected, and a new step swaps the payload as the kernel does. The page follows the
+// system's light or dark theme.
 
 /** The text of the page's data block `id` ("" when the page has none). */
 function pageData(id) {
@@ -24,19 +25,21 @@ function rowOfCall(payload, path, k) {
 function pageModel(view) {
   const traits = { ...view, words: undefined, payload: pageData(`nbt-payload-${view.step}`) || "{}" };
   const handlers = new Map();
-  const details = new Map(); // step -> a promise of its rows' details, read on first use
+  const details = new Map(); // "step-chunk" -> a promise of those rows' details, read on first use
   let shownStep = view.step;
   const words = view.words;
   const emit = (event, ...args) => (handlers.get(event) || []).slice().forEach((f) => f(...args));
 
-  /** A step's details: gzip-compressed JSON in base64, inflated by the browser itself, once. */
-  function detailsOf(step) {
-    if (!details.has(step)) {
-      const bytes = Uint8Array.from(atob(pageData(`nbt-details-${step}`).trim()), (c) => c.charCodeAt(0));
+  /** The details of a step's rows `chunk * size ...`: gzip-compressed JSON in base64 (<script
+   * id="nbt-details-K-C">), inflated by the browser itself on first use. */
+  function detailsOf(step, chunk) {
+    const key = `${step}-${chunk}`;
+    if (!details.has(key)) {
+      const bytes = Uint8Array.from(atob(pageData(`nbt-details-${key}`).trim()), (c) => c.charCodeAt(0));
       const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
-      details.set(step, new Response(stream).text().then((text) => JSON.parse(text)));
+      details.set(key, new Response(stream).text().then((text) => JSON.parse(text)));
     }
-    return details.get(step);
+    return details.get(key);
   }
 
   /** What the kernel does when `step` changes: the new step's payload, on the same call where it has it,
@@ -69,8 +72,13 @@ function pageModel(view) {
       if (!msg || msg.type !== "detail") return;
       const step = shownStep;
       const answer = (reply) => { if (step === shownStep) emit("msg:custom", { type: "detail", row: msg.row, ...reply }); };
-      detailsOf(step).then( // answered as a message, as a kernel would, after the asking code has run
-        (list) => answer(list[msg.row] ? { detail: list[msg.row] } : { error: words.missing_row.replace("{row}", msg.row) }),
+      const size = view.chunk;
+      const chunk = Math.floor(msg.row / size);
+      detailsOf(step, chunk).then( // answered as a message, as a kernel would, after the asking code has run
+        (list) => {
+          const found = list[msg.row - chunk * size];
+          answer(found ? { detail: found } : { error: words.missing_row.replace("{row}", msg.row) });
+        },
         (error) => answer({ error: words.unreadable.replace("{error}", String(error)) }),
       );
     },

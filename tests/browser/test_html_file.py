@@ -16,6 +16,7 @@ import torch
 from playwright.sync_api import Page, expect
 
 import nbtrace
+from nbtrace.notebook import html_file
 from tests.models.generation import ROOT, Bug, build_reference, make_port, make_prompt, trace_generate
 from tests.models.widget_models import demo_trace, record, synthetic_trace
 from tests.test_html_file import HOSTILE, Hostile, blocks
@@ -67,7 +68,8 @@ def demo(tmp_path_factory):
     return demo_trace(tmp_path_factory.mktemp("demo"))
 
 
-def test_a_saved_trace_is_explored_as_in_the_notebook(offline, demo, tmp_path):
+def test_a_saved_trace_is_explored_as_in_the_notebook(offline, demo, tmp_path, monkeypatch):
+    monkeypatch.setattr(html_file, "DETAIL_CHUNK", 8)  # details in four chunks: each read when first needed
     page = offline(nbtrace.save_html(demo, tmp_path / "demo.html", values=True))
     expect(page.locator(".nbt-title")).to_contain_text(f"DemoLM · {len(demo)} calls · FULL")
     mlp = row(page, "DemoLM.layers.0.mlp")
