@@ -79,10 +79,11 @@ def test_the_file_holds_what_the_view_shows_and_loads_nothing(demo, tmp_path):
 def test_details_come_in_chunks_of_rows(demo, tmp_path, monkeypatch):
     monkeypatch.setattr(html_file, "DETAIL_CHUNK", 10)
     document = nbtrace.save_html(demo, tmp_path / "demo.html").read_text(encoding="utf-8")
-    rows = len(Shown(demo, None, None).row_nodes)
+    row_nodes = Shown(demo, None, None).row_nodes
+    rows = len(row_nodes)
     assert re.findall(r'id="nbt-details-0-(\d+)"', document) == [str(c) for c in range(-(-rows // 10))]
     details = json.loads(blocks(document)["nbt-details-0"])
-    assert [d["path"] for d in details] == [node.module_path if node else "" for node in Shown(demo, None, None).row_nodes]
+    assert [d["path"] for d in details] == [node.module_path if node else "" for node in row_nodes]
     assert json.loads(blocks(document)["nbt-view"])["chunk"] == 10
 
 
@@ -118,7 +119,8 @@ def test_a_comparison_carries_its_verdict_and_opens_on_its_first_divergence(demo
     comparison = FakeComparison(demo, demo, "DemoLM.layers.3.self_attn.o_proj")
     data = blocks(nbtrace.save_html(comparison, tmp_path / "c.html").read_text(encoding="utf-8"))
     payload, view = json.loads(data["nbt-payload-0"]), json.loads(data["nbt-view"])
-    assert view["selected"] == "DemoLM.layers.3.self_attn.o_proj" and view["selected_row"] == payload["first_divergence"] >= 0
+    assert view["selected"] == "DemoLM.layers.3.self_attn.o_proj"
+    assert view["selected_row"] == payload["first_divergence"] >= 0
     assert json.loads(data["nbt-details-0"])[view["selected_row"]]["comparison"]["status"] == "first"
 
 

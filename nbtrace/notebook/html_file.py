@@ -144,7 +144,8 @@ def _forwards(state: PageState, values: bool) -> list[tuple[str, list[str]]]:
         if not values and _has_values(shown):
             payload, details = _without_values(payload), _without_values(details)
         payload, details = _private(payload, details)
-        out.append((_json(payload), [_packed(details[at:at + DETAIL_CHUNK]) for at in range(0, len(details), DETAIL_CHUNK)]))
+        chunks = [_packed(details[at:at + DETAIL_CHUNK]) for at in range(0, len(details), DETAIL_CHUNK)]
+        out.append((_json(payload), chunks))
     return out
 
 

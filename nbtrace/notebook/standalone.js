@@ -71,7 +71,9 @@ function pageModel(view) {
     send: (msg) => {
       if (!msg || msg.type !== "detail") return;
       const step = shownStep;
-      const answer = (reply) => { if (step === shownStep) emit("msg:custom", { type: "detail", row: msg.row, ...reply }); };
+      const answer = (reply) => {
+        if (step === shownStep) emit("msg:custom", { type: "detail", row: msg.row, ...reply });
+      };
       const size = view.chunk;
       const chunk = Math.floor(msg.row / size);
       detailsOf(step, chunk).then( // answered as a message, as a kernel would, after the asking code has run

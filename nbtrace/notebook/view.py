@@ -28,6 +28,8 @@ class TraceView(anywidget.AnyWidget):
     Several forwards (``TraceView(rec)``, a folder written by a traced ``generate``, a list
     of Traces, or a step-by-step comparison) get a step picker: ``view.step`` is the
     forward shown (0: the prefill), and a comparison colours each step by its verdict.
+
+    ``view.save_html("port.html")`` saves what it shows as one self-contained, interactive HTML file.
     """
 
     _esm = ESM
