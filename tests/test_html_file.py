@@ -115,6 +115,19 @@ def test_a_view_is_saved_as_it_is(demo, tmp_path):
     assert saved["selected_row"] == view.selected_row >= 0
 
 
+def test_every_step_is_saved_and_a_view_opens_at_its_own(demo, tmp_path):
+    view = nbtrace.TraceView([demo, demo])
+    view.step = 1
+    view.selected = "DemoLM.norm"
+    data = blocks(view.save_html(tmp_path / "steps.html").read_text(encoding="utf-8"))
+    saved = json.loads(data["nbt-view"])
+    assert saved["step"] == 1 and json.loads(saved["steps"])["n"] == 2 and saved["selected"] == "DemoLM.norm"
+    assert {"nbt-payload-0", "nbt-payload-1", "nbt-details-0", "nbt-details-1"} <= set(data)
+    assert view.step == 1 and view.selected == "DemoLM.norm" and view.trace is demo  # the view is left as it was
+    with pytest.raises(ValueError, match="saved at the step it shows"):
+        nbtrace.save_html(view, tmp_path / "again.html", step=0)
+
+
 def test_a_comparison_carries_its_verdict_and_opens_on_its_first_divergence(demo, tmp_path):
     comparison = FakeComparison(demo, demo, "DemoLM.layers.3.self_attn.o_proj")
     data = blocks(nbtrace.save_html(comparison, tmp_path / "c.html").read_text(encoding="utf-8"))
