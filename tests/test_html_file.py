@@ -45,7 +45,7 @@ class Hostile(nn.Module):
         super().__init__()
         self.add_module(HOSTILE, nn.Linear(4, 4))
 
-    def forward(self, x):
+    def forward(self, x, note=None):  # ``note``: a value the trace prints, as untrusted as a name
         return getattr(self, HOSTILE)(x)
 
 
@@ -88,7 +88,7 @@ def test_details_come_in_chunks_of_rows(demo, tmp_path, monkeypatch):
 
 
 def test_a_hostile_module_name_cannot_end_its_script(tmp_path):
-    trace = record(Hostile(), torch.ones(1, 4), folder=tmp_path / "hostile")
+    trace = record(Hostile(), torch.ones(1, 4), note=HOSTILE, folder=tmp_path / "hostile")
     document = nbtrace.save_html(trace, tmp_path / "hostile.html").read_text(encoding="utf-8")
     assert HOSTILE not in document and "<img" not in document
     payload = json.loads(blocks(document)["nbt-payload-0"])

@@ -109,8 +109,10 @@ def test_light_and_dark_system_themes(offline, demo, tmp_path):
 
 
 def test_a_hostile_module_name_renders_as_text(offline, tmp_path):
-    trace = record(Hostile(), torch.ones(1, 4), folder=tmp_path / "hostile")
-    page = offline(nbtrace.save_html(trace, tmp_path / "hostile.html"))
+    trace = record(Hostile(), torch.ones(1, 4), note=HOSTILE, folder=tmp_path / "hostile")
+    page = offline(nbtrace.save_html(trace, tmp_path / "hostile.html", values=True))
+    row(page, "Hostile").click()
+    expect(page.locator(".nbt-detail .nbt-d-others")).to_contain_text(f"in kwargs.note = {HOSTILE!r}")
     label = page.locator(".nbt-label", has_text=HOSTILE)
     expect(label).to_have_text(HOSTILE)
     label.click()
