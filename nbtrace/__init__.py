@@ -23,6 +23,7 @@ _LAZY = {
     "plot_stats": "render.plot",
     "plot_divergence": "render.divergence_plot",
     "TraceView": "notebook.view",
+    "save_html": "notebook.html_file",
 }
 
 
@@ -57,6 +58,7 @@ __all__ = [
     "model_addition_debugger_context",
     "plot_divergence",
     "plot_stats",
+    "save_html",
     "to_dataframe",
     "trace",
 ]

@@ -1,4 +1,4 @@
-"""The ``nbtrace`` command line: demo, show, diff, plot.
+"""The ``nbtrace`` command line: demo, show, diff, plot, html.
 
 Bad input (a missing or broken trace file, rename file or output path) exits with
 status 2 and one line ``nbtrace: error: <file>: <problem>``, never a traceback.
@@ -219,6 +219,37 @@ def _plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def _html(args: argparse.Namespace) -> int:
+    from .core.forwards import forward_sources
+    from .notebook.html_file import save_html
+
+    out = Path(args.output)
+    if out.suffix.lower() not in (".html", ".htm"):
+        raise InputError(out, "needs the extension .html")
+    if not out.parent.is_dir():
+        raise InputError(out, f"folder {str(out.parent)!r} does not exist")
+    for path in [args.path] + args.other:
+        forward_sources(path)  # a missing or broken trace is bad input, before anything is built
+    if len(args.other) > 1:
+        raise InputError("html", f"takes one trace, or two to compare; got {1 + len(args.other)}")
+    source = args.path
+    if args.other:
+        from .diff.step_compare import compare
+
+        try:
+            source = compare(args.path, args.other[0])
+        except ValueError as exc:  # traces that cannot be compared as given
+            raise InputError("html", str(exc)) from None
+    try:
+        written = save_html(source, out, values=args.values, step=args.step)
+    except (IndexError, ValueError) as exc:  # a step out of range, a step of a single forward
+        raise InputError("--step", str(exc)) from None
+    except OSError as exc:
+        raise InputError(out, f"cannot be written: {exc.strerror or exc}") from None
+    say(f"wrote {written} ({written.stat().st_size / 1024:,.0f} KiB)")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="nbtrace", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -276,6 +307,19 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("--height", type=float, default=4.5, help="figure height in inches")
     plot.add_argument("--dpi", type=int, default=120)
     plot.set_defaults(run=_plot)
+
+    page = commands.add_parser(
+        "html",
+        help="save a trace (or a comparison of two) as one self-contained, interactive HTML file",
+        description="Write what TraceView shows into one HTML file that opens in any browser, offline, with no "
+        "kernel: the tree, filter, detail pane, a comparison's verdict and, for several forwards, the step picker.",
+    )
+    page.add_argument("path", help="a trace file or folder (the reference A when a second one is given)")
+    page.add_argument("other", nargs="*", metavar="B", help="a second trace: save the comparison of B against A")
+    page.add_argument("-o", "--output", required=True, help="the HTML file to write")
+    page.add_argument("--values", action="store_true", help="keep the printed values of a FULL trace (larger file)")
+    page.add_argument("--step", type=int, default=None, help="for several forwards: the step the page opens on")
+    page.set_defaults(run=_html)
     return parser
 
 

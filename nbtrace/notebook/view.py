@@ -4,64 +4,17 @@ from __future__ import annotations
 
 import json
 import os
-from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import anywidget
 import traitlets
 
-from ..core.load import load_trace
 from ..core.node import Node
 from ..core.trace import Trace
-from .compare_payload import comparison_detail, comparison_payload
-from .detail import node_detail
-from .payload import tree_payload
-from .steps_source import StepSource, is_several
+from .assets import CSS, ESM, ESM_PARTS
+from .shown import Shown, is_comparison, open_source, resolve_source
 
-_HERE = Path(__file__).parent
-_ACCEPTS = (
-    "a Trace, a path to a trace file or folder, several forwards (a list of Traces, a Recorder), "
-    "or a comparison from nbtrace.compare"
-)
-
-
-def _joined(*names: str) -> str:
-    return "\n".join((_HERE / name).read_text(encoding="utf-8") for name in names)
-
-
-# One ES module from its parts, split by purpose (no build step): the step picker first (trace_view.js
-# mounts it when it is there), the pure tree helpers, a row, the detail pane, a comparison's header and
-# legend, then the view itself.
-ESM_PARTS = ("step_bar.js", "tree_model.js", "tree_row.js", "detail_pane.js", "compare_head.js", "trace_view.js")
-ESM = _joined(*ESM_PARTS)
-CSS = _joined("trace_view.css", "compare_view.css", "step_bar.css")
-
-
-def is_comparison(obj: object) -> bool:
-    """True for a comparison (duck-typed: ``.a`` and ``.b`` Traces and ``node_report()``)."""
-    return (
-        isinstance(getattr(obj, "a", None), Trace)
-        and isinstance(getattr(obj, "b", None), Trace)
-        and callable(getattr(obj, "node_report", None))
-    )
-
-
-def resolve_source(source: object) -> tuple[Trace, list[dict[str, Any]] | None]:
-    """The Trace to show and, for a comparison, its node report (one dict per node of ``a``)."""
-    if isinstance(source, Trace):
-        return source, None
-    if isinstance(source, (str, os.PathLike)):
-        return load_trace(source), None
-    if is_comparison(source):
-        report = list(source.node_report())  # type: ignore[attr-defined]
-        trace = source.a  # type: ignore[attr-defined]
-        if len(report) != len(trace.nodes()):
-            raise ValueError(
-                f"the comparison's node_report() has {len(report)} entries but trace a has {len(trace.nodes())} calls"
-            )
-        return trace, report
-    raise TypeError(f"TraceView needs {_ACCEPTS}; got {type(source).__name__}: {source!r:.80}")
+__all__ = ["CSS", "ESM", "ESM_PARTS", "TraceView", "is_comparison", "resolve_source"]
 
 
 class TraceView(anywidget.AnyWidget):
@@ -75,6 +28,8 @@ class TraceView(anywidget.AnyWidget):
     Several forwards (``TraceView(rec)``, a folder written by a traced ``generate``, a list
     of Traces, or a step-by-step comparison) get a step picker: ``view.step`` is the
     forward shown (0: the prefill), and a comparison colours each step by its verdict.
+
+    ``view.save_html("port.html")`` saves what it shows as one self-contained, interactive HTML file.
     """
 
     _esm = ESM
@@ -95,45 +50,48 @@ class TraceView(anywidget.AnyWidget):
         self, source: Trace | str | os.PathLike | Any, *, expand_depth: int = 2, step: int | None = None, **kwargs: Any
     ) -> None:
         self._expand_depth = expand_depth
-        self._steps = StepSource(source) if is_several(source) else None
+        self._steps, shown, (trace, report, comparison) = open_source(source, step)
         if self._steps is not None:
-            shown = self._steps.check(step) if step is not None else self._steps.initial_step()
-            trace, report, comparison = self._steps.get(shown)
             kwargs["steps"] = json.dumps(self._steps.facts(), separators=(",", ":"), allow_nan=False)
             kwargs["step"] = shown
-        else:
-            if step not in (None, 0):
-                raise ValueError(f"step={step}: {type(source).__name__} holds a single forward")
-            trace, report = resolve_source(source)
-            comparison = source if report is not None else None
         initial = self._show(trace, report, comparison)
         super().__init__(**initial, **kwargs)
         self.on_msg(self._on_frontend_msg)
 
     def _show(self, trace: Trace, report: list[dict[str, Any]] | None, comparison: Any) -> dict[str, Any]:
         """Make ``trace`` the one shown; returns the traits that show it (payload, and the selection it opens on)."""
-        status = [entry.get("status") for entry in report] if report is not None else None
-        payload, row_nodes = tree_payload(trace, status=status, expand_depth=self._expand_depth)
-        self.trace = trace
-        self.rows = payload  # the payload as a dict, for Python-side inspection
-        self.comparison = comparison
-        self._report = report
-        self._row_nodes = row_nodes
-        self._row_of_node = {id(node): row for row, node in enumerate(row_nodes) if node is not None}
-        self._totals = Counter(node.module_path for node in trace.nodes())
-        if comparison is not None and is_comparison(comparison):
-            divergence = self._steps.divergence(trace) if getattr(self, "_steps", None) is not None else None
-            payload["compare"] = comparison_payload(comparison, row_nodes, divergence)
-        initial: dict[str, Any] = {"selected_row": -1, "selected": ""}
-        first = payload.get("first_divergence", -1)
-        if first >= 0:
-            node = row_nodes[first]
-            assert node is not None
-            initial = {"selected_row": first, "selected": node.module_path}
-            # shown at once, and where no kernel answers (a saved notebook rendered with its widget state)
-            payload["initial_detail"] = {"row": first, "detail": self.detail(first)}
-        initial["payload"] = json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-        return initial
+        divergence = self._steps.divergence(trace) if self._steps is not None and report is not None else None
+        self._shown = Shown(trace, report, comparison, expand_depth=self._expand_depth, divergence=divergence)
+        return {"selected_row": self._shown.selected_row, "selected": self._shown.selected,
+                "payload": self._shown.payload_json()}
+
+    # what is shown, for Python-side inspection
+    @property
+    def trace(self) -> Trace:
+        """The Trace shown (trace ``a`` of a comparison; the current step's of several forwards)."""
+        return self._shown.trace
+
+    @property
+    def rows(self) -> dict[str, Any]:
+        """The rows payload as a dict (``payload`` holds it as JSON)."""
+        return self._shown.rows
+
+    @property
+    def comparison(self) -> Any:
+        """The comparison shown (the current step's of a step-by-step comparison), or None."""
+        return self._shown.comparison
+
+    @property
+    def _report(self) -> list[dict[str, Any]] | None:
+        return self._shown.report
+
+    @property
+    def _row_nodes(self) -> list[Node | None]:
+        return self._shown.row_nodes
+
+    @property
+    def _row_of_node(self) -> dict[int, int]:
+        return self._shown.row_of_node
 
     # -- steps ---------------------------------------------------------------------------
     @property
@@ -194,16 +152,7 @@ class TraceView(anywidget.AnyWidget):
     # -- details on demand ------------------------------------------------------------
     def detail(self, row: int) -> dict[str, Any]:
         """The detail pane's content for payload row ``row`` (what the front end asks for)."""
-        if not 0 <= row < len(self._row_nodes):
-            raise IndexError(f"row {row} is out of range (0..{len(self._row_nodes) - 1})")
-        node = self._row_nodes[row]
-        if node is None:
-            return {"path": "", "marker": True}
-        detail = node_detail(node, self._totals[node.module_path])
-        if self._report is not None:
-            divergence = self._steps.divergence(self.trace) if self._steps is not None else None
-            detail["comparison"] = comparison_detail(self.comparison, node, self._report[node.index], divergence)
-        return detail
+        return self._shown.detail(row)
 
     def _on_frontend_msg(self, _widget: Any, content: Any, _buffers: Any) -> None:
         # NB: never call this `_handle_msg` -- that name is ipywidgets' own comm handler.
@@ -216,6 +165,21 @@ class TraceView(anywidget.AnyWidget):
             self.send({"type": "detail", "row": row, "error": str(exc)})
             return
         self.send({"type": "detail", "row": row, "detail": detail})
+
+    # -- a file to send ------------------------------------------------------------------
+    def page_state(self) -> Any:
+        """What a saved page opens on: this view's steps, step, filter and selection (see ``save_html``)."""
+        from .html_file import PageState
+
+        return PageState(self._steps, self.step, self._shown, filter=self.filter, selected_row=self.selected_row,
+                         selected=self.selected, expand_depth=self._expand_depth)
+
+    def save_html(self, path: str | os.PathLike, *, values: bool = False) -> Any:
+        """Save what this view shows (every step, the step, filter and selection it is at) as one
+        self-contained, interactive HTML file; returns its path. See ``nbtrace.save_html``."""
+        from .html_file import save_html
+
+        return save_html(self, path, values=values)
 
     # -- display -----------------------------------------------------------------------
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
