@@ -177,7 +177,11 @@ class Comparison:
         if self._weights is None:
             a_section = self.a.sidecar.get("parameters", {})
             b_section = self.b.sidecar.get("parameters", {})
-            self._weights = compare_parameters(self.alignment.pairs, a_section, b_section)
+            agree: dict[str, bool] = {}  # a module whose every aligned call agrees computes the same function
+            for match in self.matches:
+                path = match.a.module_path.split(" ", 1)[0]
+                agree[path] = agree.get(path, True) and match.verdict() is True
+            self._weights = compare_parameters(self.alignment.pairs, a_section, b_section, agree)
         return list(self._weights)
 
     def match_of(self, node: Node) -> Match | None:
