@@ -49,8 +49,12 @@ def test_an_exact_dtype_change_of_the_other_layout_is_not_a_difference(conv1d_we
 
 def test_an_older_fingerprint_cannot_prove_the_values_and_says_so(conv1d_weight):
     old = {key: value for key, value in _fingerprint(conv1d_weight).items() if key != "mirrored_samples"}
-    kind, detail, _, serious = classify(old, _fingerprint(conv1d_weight.t()))
+    new = _fingerprint(conv1d_weight.t() * 1.01)
+    older = {key: value for key, value in new.items() if key != "mirrored_samples"}
+    kind, detail, _, serious = classify(old, older)
     assert (kind, serious) == ("layout", False) and "cannot tell" in detail
+    kind, detail, _, serious = classify(old, new)  # one side's transposed samples are proof enough
+    assert (kind, serious) == ("scaled", True) and "scaled by 1.01" in detail
 
 
 @pytest.mark.parametrize("shape_a, shape_b", [([24, 120], [40, 24]), ([120, 24], [40, 24]), ([64, 16], [128, 16])])

@@ -244,10 +244,11 @@ def _transposed(a: dict) -> dict[str, Any]:
 def _other_layout(a: dict, b: dict) -> tuple[str, str, float | None, bool]:
     """b holds a's matrix in the transposed layout: the same values (not a difference), or how they differ."""
     layout = f"stored transposed (shape {b.get('shape')} where a has {a.get('shape')}, the other layout of one product)"
-    ys, mirrored = _floats(b.get("samples")), _floats(a.get("mirrored_samples"))
-    if not ys or len(ys) != len(mirrored):  # an older fingerprint: nothing proves the values
+    proves = [(x, y) for x, y in ((_transposed(a), b), (a, _transposed(b)))
+              if (found := _floats(y.get("samples"))) and len(found) == len(_floats(x.get("samples")))]
+    if not proves:  # older fingerprints on both sides: nothing proves the values
         return "layout", f"{layout}; this fingerprint cannot tell whether its values are the same", None, False
-    judged = classify(_transposed(a), b)
+    judged = classify(*proves[0])
     if judged is None or not judged[3]:
         return "layout", f"{layout}: the same values up to layout", judged[2] if judged else 0.0, False
     kind, detail, rel, serious = judged
