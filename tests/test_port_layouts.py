@@ -10,7 +10,7 @@ from torch import nn
 from nbtrace.capture.parameters import ParameterFingerprints
 from nbtrace.diff.callargs import bind
 from nbtrace.diff.metrics import same_shape
-from nbtrace.diff.weights import classify
+from nbtrace.diff.weights import _compare_module, classify
 
 
 def _fingerprint(weight: torch.Tensor) -> dict:
@@ -61,6 +61,15 @@ def test_an_older_fingerprint_cannot_prove_the_values_and_says_so(conv1d_weight)
 def test_fused_or_split_tensors_are_not_a_difference(shape_a, shape_b):
     kind, _, _, serious = classify(_fingerprint(torch.randn(shape_a)), _fingerprint(torch.randn(shape_b)))
     assert (kind, serious) == ("fused", False)
+
+
+def test_a_renamed_tensor_in_another_layout_pairs_with_its_original(conv1d_weight):
+    mine, theirs = {"weight": _fingerprint(conv1d_weight)}, {"kernel": _fingerprint(conv1d_weight.t())}
+    [finding] = _compare_module("M.proj", "P.proj", mine, theirs)
+    assert (finding.kind, finding.serious) == ("layout", False) and "(b: kernel)" in finding.detail
+    theirs["bias"] = _fingerprint(torch.randn(40))  # two left on one side: not paired, named as they are
+    assert {(f.name, f.kind) for f in _compare_module("M.proj", "P.proj", mine, theirs)} == {
+        ("weight", "missing"), ("kernel", "extra"), ("bias", "extra")}
 
 
 def test_another_shape_still_is(conv1d_weight):

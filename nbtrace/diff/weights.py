@@ -121,7 +121,8 @@ def _module_of(path: str) -> str:
 
 
 def _compare_module(a_path: str, b_path: str, mine: dict, theirs: dict) -> list[WeightFinding]:
-    """Tensors pair by name, then the rest by shape (a port may call ``weight`` ``scale``)."""
+    """Tensors pair by name, then the rest by shape (a port may call ``weight`` ``scale``), then the one left on
+    each side when one is the other's transposed layout or a part of it (fused)."""
     found = []
     pairs = [(name, name) for name in mine if name in theirs]
     only_a = [name for name in mine if name not in theirs]
@@ -133,6 +134,8 @@ def _compare_module(a_path: str, b_path: str, mine: dict, theirs: dict) -> list[
             pairs.append((name, best))
             only_a.remove(name)
             only_b.remove(best)
+    if len(only_a) == len(only_b) == 1 and _reversed_or_fused(mine[only_a[0]], theirs[only_b[0]]):
+        pairs.append((only_a.pop(), only_b.pop()))  # the one left on each side: another layout, or fused
     for name in only_a:
         serious = mine[name].get("kind") != "buffer"
         found.append(WeightFinding(a_path, b_path, name, "missing", f"{name} exists in a but not in b", None, serious))
@@ -213,6 +216,10 @@ def _shape_of_difference(a: dict, b: dict, xs: list[float], ys: list[float], rel
         if narrow in b.get("exact_in", []) and narrow not in a.get("exact_in", []) and _within_rounding(xs, ys, narrow):
             return "rounded", f"rounded through {narrow}, as by a lossy conversion (relative {_fmt(rel)})", rel, True
     return None
+
+
+def _reversed_or_fused(a: dict, b: dict) -> bool:
+    return _reversed(a.get("shape"), b.get("shape")) or _fused(a.get("shape"), b.get("shape"))
 
 
 def _reversed(shape_a: Any, shape_b: Any) -> bool:
