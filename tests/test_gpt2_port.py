@@ -81,7 +81,7 @@ def _cases(bug: str | None):
 
 
 @pytest.mark.parametrize("rename", [True, False], ids=["rename", "plain"])
-@pytest.mark.parametrize("dtype, mode", _cases(None))
+@pytest.mark.parametrize("dtype, mode", list(_cases(None)))
 def test_the_clean_port_agrees(store, dtype, mode, rename):
     comparison = _compare(store, dtype, None, mode, rename)
     assert _named(comparison) is None, str(comparison.first_divergence)
@@ -111,9 +111,9 @@ def test_the_natural_layout_is_no_weight_difference_and_a_scale_reads_as_a_scale
 def test_position_embeddings_equal_after_broadcasting(store):
     comparison = _compare(store, "fp32", None, "files", True)
     wpe = next(m for m in comparison.matches if m.a.module_path.endswith(".wpe"))
-    assert m_shapes(wpe) == {((1, 16, 128), (16, 128))}
+    assert _output_shapes(wpe) == {((1, 16, 128), (16, 128))}
     assert all(d.ok and d.basis == "tensors" and d.max_abs == 0 for d in wpe.diffs if d.io == "output")
 
 
-def m_shapes(match) -> set:
+def _output_shapes(match) -> set:
     return {(tuple(d.shape), tuple(d.b_shape)) for d in match.diffs if d.io == "output"}

@@ -60,8 +60,8 @@ def build_original(dtype: torch.dtype = torch.float32, seed: int = 0) -> nn.Modu
 
     torch.manual_seed(seed)
     config = GPT2Config(vocab_size=VOCAB, n_positions=POSITIONS, n_embd=HIDDEN, n_layer=LAYERS, n_head=HEADS,
-                        layer_norm_epsilon=EPS, bos_token_id=0, eos_token_id=0, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-                        attn_implementation="eager")
+                        layer_norm_epsilon=EPS, bos_token_id=0, eos_token_id=0, resid_pdrop=0.0, embd_pdrop=0.0,
+                        attn_pdrop=0.0, attn_implementation="eager")
     model = GPT2LMHeadModel(config).eval()
     for name, tensor in model.named_parameters():  # GPT-2's init leaves LayerNorm at 1/0: give them values
         if ".ln_" in name:
