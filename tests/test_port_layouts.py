@@ -7,6 +7,8 @@ import pytest
 import torch
 from torch import nn
 
+import nbtrace
+
 from nbtrace.capture.parameters import ParameterFingerprints
 from nbtrace.diff.callargs import bind
 from nbtrace.diff.metrics import same_shape
@@ -103,3 +105,8 @@ def test_an_ambiguous_call_names_what_is_unmatched_and_how_to_say_it():
         bind(Port().forward, (), {"input_ids": ids, "attention_mask": ids})
     with pytest.raises(ValueError, match="inputs_map names \\['token_ids'\\]"):
         bind(Port().forward, (), {"input_ids": ids}, {"token_ids": "ids"})
+
+
+def test_inputs_map_is_for_a_live_port(tmp_path):
+    with pytest.raises(ValueError, match="inputs_map: how to call a live port; b is str"):
+        nbtrace.compare(str(tmp_path), str(tmp_path), inputs_map={"input_ids": "ids"})
