@@ -102,9 +102,12 @@ def test_missing_extra_and_transposed_shapes(reference, tmp_path):
         port.square.register_parameter("extra", nn.Parameter(torch.ones(3)))
         port.up.bias = None
 
-    found = {(f.module_path, f.name): f.kind for f in _findings(reference, _port(reference, change), tmp_path)}
-    assert found == {("Net.down", "weight"): "transposed", ("Net.square", "extra"): "extra",
+    findings = _findings(reference, _port(reference, change), tmp_path)
+    found = {(f.module_path, f.name): f.kind for f in findings}
+    assert found == {("Net.down", "weight"): "layout", ("Net.square", "extra"): "extra",
                      ("Net.up", "bias"): "missing"}
+    layout = next(f for f in findings if f.kind == "layout")  # (in, out) for (out, in): the same product
+    assert not layout.serious and "the same values up to layout" in layout.detail
 
 
 def test_another_dtype_that_only_rounds_is_not_serious(reference, tmp_path):

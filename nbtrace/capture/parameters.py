@@ -5,8 +5,9 @@ through another dtype, one block of rows off). A fingerprint lets ``compare`` na
 from the files alone, without storing the weights: per tensor its shape and dtype,
 summary statistics, a bit checksum, the norms of up to ``BLOCKS`` blocks of rows and of
 columns, which lower-precision dtypes hold it exactly, and ``SAMPLES`` values at fixed
-pseudo-random positions (and, for a square matrix, at the mirrored positions, so a
-transposed copy shows). Everything is computed on the tensor's device and its numbers
+pseudo-random positions (and, for a matrix, the values of its transpose at the same
+positions, so a transposed copy shows, and a matrix held in the other layout is compared
+value for value). Everything is computed on the tensor's device and its numbers
 join the forward's ``HostBatch`` (``transfer.py``): they reach the host with the forward's
 one transfer. A tensor already fingerprinted and unchanged since (same object, version and
 storage) is not computed again.
@@ -212,9 +213,9 @@ def _numbers(tensor: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int, int, i
     index = torch.tensor(sample_positions(numel), device=flat.device, dtype=torch.long)
     samples = tensor.detach().reshape(-1)[index].to(torch.float64)
     mirrored = total.new_zeros(0)
-    if x.dim() == 2 and x.shape[0] == x.shape[1] and x.shape[0] > 1:
-        n = x.shape[0]
-        mirrored = tensor.detach().reshape(-1)[(index % n) * n + index // n].to(torch.float64)
+    if x.dim() == 2 and min(x.shape) > 1:  # the transpose [C, R] at the same flat positions
+        rows, cols = x.shape
+        mirrored = tensor.detach().reshape(-1)[(index % rows) * cols + index // rows].to(torch.float64)
     raw = tensor.detach().reshape(-1)[index]
     narrower = tuple(name for name in _NARROWER if _narrower(name, raw.dtype))
     flags = [_exact_in(raw, name) for name in narrower]

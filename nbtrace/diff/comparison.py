@@ -68,6 +68,13 @@ class Match:
         return max(scores, key=lambda v: (math.isnan(v), v)) if scores else None
 
 
+def _same_product(match: Match) -> bool:
+    """The call's outputs agree, or point the same way (cosine above 1/2) where they inherit a difference: a
+    matrix multiplied from the wrong side gives a product unrelated to the right one (cosine near 0)."""
+    outputs = [d for d in match.diffs if d.io == "output"]
+    return match.verdict() is True or bool(outputs) and all(d.cosine is not None and d.cosine > 0.5 for d in outputs)
+
+
 class Comparison:
     """The comparison of trace ``b`` against the reference ``a``; see ``nbtrace.compare``."""
 
@@ -177,7 +184,11 @@ class Comparison:
         if self._weights is None:
             a_section = self.a.sidecar.get("parameters", {})
             b_section = self.b.sidecar.get("parameters", {})
-            self._weights = compare_parameters(self.alignment.pairs, a_section, b_section)
+            agree: dict[str, bool] = {}  # a module whose every aligned call agrees computes the same function
+            for match in self.matches:
+                path = match.a.module_path.split(" ", 1)[0]
+                agree[path] = agree.get(path, True) and _same_product(match)
+            self._weights = compare_parameters(self.alignment.pairs, a_section, b_section, agree)
         return list(self._weights)
 
     def match_of(self, node: Node) -> Match | None:

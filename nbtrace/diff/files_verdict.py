@@ -28,7 +28,7 @@ from ..core.tensor import TensorValue
 from .evidence import Evidence
 from .findings import Finding, Verdict
 from .flow import Flow, Producer, Slot
-from .metrics import TensorDiff
+from .metrics import TensorDiff, same_shape
 from .noise import DiffStats, PairStats, diff_stats, dtype_name, padding_rows, unit_roundoff
 from .rounding import B_CODE, B_INPUTS, B_LEAF, CERTAIN, K_CODE, K_LEAF, accumulation, coherence, magnitude
 from .weights import WeightFinding
@@ -91,9 +91,10 @@ class FileVerdict:
         if key not in self._at:
             result = None
             other = self._b_tensor(place)
-            if other is not None and other.shape == place.tensor.shape and len(other.shape) > 0:
+            if other is not None and same_shape(other.shape, place.tensor.shape) and len(other.shape) > 0:
                 x, y = self.flow_a.cache.load(place.tensor), self.flow_b.cache.load(other)
                 if x is not None and y is not None and x.numel() > 0:
+                    y = y.reshape(x.shape)
                     floats = is_float(place.tensor.dtype) and is_float(other.dtype)
                     u = unit_roundoff(place.tensor.dtype, other.dtype) if floats else 0.0
                     result = diff_stats(x, y, self.valid, u)

@@ -11,12 +11,11 @@ wrappers are removed when tracing ends, also when the port raises; replay adds n
 
 from __future__ import annotations
 
-import inspect
 import shutil
 import tempfile
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +26,7 @@ from ..capture.context import trace
 from ..core.load import load_trace
 from ..core.trace import Trace
 from .born import apply_verdict, replay_divergence
-from .callargs import Unreplayable, rebuild
+from .callargs import Unreplayable, bind, rebuild
 from .comparison import Comparison, compare
 from .noise import padding_rows
 from .replay import Replayer
@@ -46,9 +45,10 @@ class ReplayReport:
     seconds: float = 0.0
 
 
-def top_level_inputs(reference: Trace, port: nn.Module) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """The reference's recorded top-level arguments, as values the port's forward accepts (keywords it does not
-    take are left out)."""
+def top_level_inputs(reference: Trace, port: nn.Module, inputs_map: Mapping[str, str] | None = None,
+                     bound: bool = True) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The reference's recorded top-level arguments, bound to the port's forward (``callargs.bind``: by name,
+    by position, ``inputs_map``), or as recorded when ``bound`` is False."""
     def load(arg: str, tensor) -> torch.Tensor:
         if tensor.ref is None:
             raise ValueError(f"the reference's top-level input {arg} was recorded without its values: trace the "
@@ -59,23 +59,27 @@ def top_level_inputs(reference: Trace, port: nn.Module) -> tuple[tuple[Any, ...]
         args, kwargs = rebuild(reference.root.inputs, load)
     except Unreplayable as exc:
         raise ValueError(f"the reference's top-level inputs cannot be rebuilt: {exc}") from None
-    parameters = inspect.signature(port.forward).parameters.values()
-    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
-        names = {p.name for p in parameters}
-        kwargs = {key: value for key, value in kwargs.items() if key in names}
-    return args, kwargs
+    return bind(port.forward, args, kwargs, inputs_map) if bound else (args, kwargs)
 
 
 def compare_live(reference: Any, port: nn.Module, *, replay: bool | str = True,
-                 rename: Mapping[str, str] | None = None, **options: Any) -> Comparison:
+                 rename: Mapping[str, str] | None = None, inputs_map: Mapping[str, str] | None = None,
+                 call: Callable[..., Any] | None = None, **options: Any) -> Comparison:
     """Trace ``port`` on the reference's top-level inputs, compare, and replay (``replay``: True or "auto",
-    "leaves", "all", or False for the verdict from files alone)."""
+    "leaves", "all", or False for the verdict from files alone). ``inputs_map`` renames the recorded
+    arguments to the port's parameters; ``call(port, *args, **kwargs)``, given the arguments as recorded,
+    runs the port instead."""
     a = load_trace(reference)
-    args, kwargs = top_level_inputs(a, port)
+    if call is not None and inputs_map is not None:
+        raise ValueError("give inputs_map or call, not both: call receives the arguments as recorded")
+    args, kwargs = top_level_inputs(a, port, inputs_map, bound=call is None)
     folder = tempfile.mkdtemp(prefix="nbtrace-port-")
     try:
         with torch.no_grad(), trace(port, debug_path=folder, use_repr=False, do_prune_layers=False) as recorder:
-            port(*args, **kwargs)
+            if call is None:
+                port(*args, **kwargs)
+            else:
+                call(port, *args, **kwargs)
     except Exception as exc:
         shutil.rmtree(folder, ignore_errors=True)
         shown = ", ".join([f"args.{i}" for i in range(len(args))] + list(kwargs))

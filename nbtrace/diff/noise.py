@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from ..core.dtypes import short_dtype
 from ..core.trace import Trace
+from .metrics import same_shape
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -91,8 +92,9 @@ class PairStats:
         self.found: dict[tuple[int, str, str], DiffStats] = {}
 
     def record(self, node: Node, diff: TensorDiff, a: torch.Tensor, b: torch.Tensor) -> None:
-        if a.shape != b.shape or a.ndim == 0 or a.numel() == 0 or a.is_complex() or b.is_complex():
+        if not same_shape(a.shape, b.shape) or a.ndim == 0 or a.numel() == 0 or a.is_complex() or b.is_complex():
             return
+        b = b.reshape(a.shape)  # equal after broadcasting leading size-1 dimensions
         if self.flow is not None:
             slot = self.flow.slot(node, diff.io, diff.arg)
             if slot is not None and slot.origin is not None:

@@ -8,7 +8,7 @@ from typing import Any
 
 from ..core.dtypes import dtype_kind
 from ..core.node import Node
-from .metrics import TensorDiff, diff_tensors
+from .metrics import TensorDiff, diff_tensors, same_shape
 
 #: called with a's call, a TensorDiff of it and the two full tensors (see ``metrics.diff_tensors``)
 CallObserver = Callable[[Node, TensorDiff, Any, Any], None]
@@ -29,7 +29,7 @@ def compare_calls(
 ) -> list[TensorDiff]:
     """Pair the tensors of two calls (inputs with inputs, outputs with outputs) and compare each pair.
 
-    Tensors pair by argument name when shapes agree, else by shape in order,
+    Tensors pair by argument name when shapes agree (up to leading size-1 dimensions), else by shape in order,
     within the same kind (float, int, bool); tensors left over are not compared.
     A leaf output with the same name but another shape pairs as a shape mismatch.
     """
@@ -57,7 +57,7 @@ def _pick(arg, tensor, theirs, used, io) -> int | None:
     for k, (b_arg, other) in enumerate(theirs):
         if k in used or dtype_kind(other.dtype) != kind:
             continue
-        if other.shape == tensor.shape:
+        if same_shape(other.shape, tensor.shape):
             if b_arg == arg:
                 return k
             if fallback is None:

@@ -38,6 +38,7 @@ from ..core.node import Node
 from ..core.tensor import TensorValue
 from .callargs import Unreplayable, rebuild, tensors_of
 from .flow import Flow
+from .metrics import same_shape
 from .noise import DiffStats, as_matrix, diff_stats, relative, unit_roundoff
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -137,7 +138,7 @@ class Replayer:
         return result
 
     def _substitute(self, match: Match, result: Replayed):
-        partner = {d.b_arg: d.arg for d in match.diffs if d.io == "input" and d.shape == d.b_shape}
+        partner = {d.b_arg: d.arg for d in match.diffs if d.io == "input" and same_shape(d.shape, d.b_shape)}
         mine = {arg: t for io, arg, t in match.a.tensors() if io == "input"}
 
         def substitute(arg: str, tensor: TensorValue) -> torch.Tensor:
@@ -150,7 +151,7 @@ class Replayer:
                     result.notes.append(f"{arg} has no partner in the reference: the port's own value was used")
             if loaded is None:
                 raise Unreplayable(f"argument {arg} has no full tensor in the trace (use_repr=False)")
-            return loaded.clone()
+            return loaded.reshape(tensor.shape).clone()  # the port's shape: they may differ by leading 1s
 
         return substitute
 
@@ -161,8 +162,8 @@ class Replayer:
             return
         port_out, port64 = floats[0]
         shape = tuple(port_out.shape)
-        candidates = [s for s in self.flow_a.call_output(result.a) if s.tensor.shape == shape]
-        loaded = [(s, t) for s in candidates if (t := self.flow_a.cache.load(s.tensor)) is not None]
+        candidates = [s for s in self.flow_a.call_output(result.a) if same_shape(s.tensor.shape, shape)]
+        loaded = [(s, t.reshape(shape)) for s in candidates if (t := self.flow_a.cache.load(s.tensor)) is not None]
         if not loaded:
             result.problem = "the reference recorded no output of this shape for this call"
             return

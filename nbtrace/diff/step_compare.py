@@ -94,6 +94,8 @@ def compare(
     ``b`` may be the port itself, a live ``nn.Module`` (``a`` one forward with full tensors): it is run on
     a's recorded top-level inputs, traced, and each aligned module is replayed on the inputs a recorded
     for that call (``live.py``); ``replay`` limits that ("leaves", "all"; False: the verdict from files).
+    ``inputs_map`` (recorded argument -> the port's parameter) or ``call`` (``call(port, *args, **kwargs)``,
+    the arguments as recorded) say how the recorded inputs map onto the port's ``forward``.
     """
     options.update(rename=rename, rtol=rtol, atol=atol, ignore=ignore)
     if isinstance(b, nn.Module):
@@ -103,6 +105,10 @@ def compare(
         from .live import compare_live
 
         return compare_live(a, b, replay=replay, **options)
+    live_only = [key for key in ("inputs_map", "call") if key in options]
+    if live_only:
+        raise ValueError(f"{' and '.join(live_only)}: how to call a live port; b is {type(b).__name__}, "
+                         "not an nn.Module")
     if holds_several(a) or holds_several(b):
         return compare_steps(a, b, check_cache=check_cache, **options)
     return compare_forward(a, b, **options)

@@ -2,17 +2,24 @@
 
 Reads the fingerprints of the sidecar's ``parameters`` section (``capture/parameters.py``):
 statistics, a bit checksum, row/column block norms, which narrower dtypes hold the tensor
-exactly, and values at fixed positions (and at the mirrored positions of a square matrix).
+exactly, and values at fixed positions (and those of its transpose, for a matrix).
 From those alone a difference is classified as one of: missing, extra, shape, transposed,
 scaled, rows (one block of rows off), columns, rounded (as by a lossy dtype round trip),
 dtype (another dtype, values agreeing to its rounding), bits (below what fingerprints
 resolve), perturbed (anything else), with the numbers that show it.
+
+Weights are evidence of a function, so what computes the same product is not a difference:
+a matrix stored transposed in the other layout (GPT-2's ``Conv1D`` ``[in, out]`` as an
+``nn.Linear`` ``[out, in]``) whose values the fingerprint proves the same (``layout``), another
+dtype that holds the values (``dtype``), one part of a fused tensor or a fused one against its
+parts (``fused``: its values are judged by the calls' outputs). A transposed matrix that also
+differs is compared in a's layout, so a 1.01 scale reads "stored transposed, and scaled by 1.01".
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,10 +54,15 @@ class WeightFinding:
 
 
 def compare_parameters(
-    pairs: Iterable[tuple[Node, Node]], a_section: dict[str, Any], b_section: dict[str, Any]
+    pairs: Iterable[tuple[Node, Node]], a_section: dict[str, Any], b_section: dict[str, Any],
+    agree: Mapping[str, bool] | None = None,
 ) -> list[WeightFinding]:
     """Findings for every aligned pair of calls whose modules' tensors differ (each module once), and for the
-    modules of layer blocks that pruning kept out of both traces (paired through their kept neighbours)."""
+    modules of layer blocks that pruning kept out of both traces (paired through their kept neighbours).
+
+    ``agree`` maps a's module paths to whether every aligned call of the module agrees (inputs and outputs):
+    a square matrix stored transposed there is the other layout of the same product (Conv1D against
+    nn.Linear), not a difference; without calls that agree it stays a transposed weight."""
     findings: list[WeightFinding] = []
     seen: set[tuple[str, str]] = set()
     pairs = list(pairs)
@@ -63,8 +75,18 @@ def compare_parameters(
         mine, theirs = a_section.get(key[0]), b_section.get(key[1])
         if not isinstance(mine, dict) or not isinstance(theirs, dict):
             continue
-        findings.extend(_compare_module(key[0], key[1], mine, theirs))
+        found = _compare_module(key[0], key[1], mine, theirs)
+        if agree and agree.get(key[0]):
+            found = [_same_product(w) if w.kind == "transposed" else w for w in found]
+        findings.extend(found)
     return findings
+
+
+def _same_product(finding: WeightFinding) -> WeightFinding:
+    """A transposed square matrix of a module whose calls agree: the other layout of the same product."""
+    finding.kind, finding.serious = "layout", False
+    finding.detail = f"{finding.detail}; the module's calls agree, so it is the other layout of the same product"
+    return finding
 
 
 def serious_inside(findings: list[WeightFinding], path: str) -> list[WeightFinding]:
@@ -99,7 +121,8 @@ def _module_of(path: str) -> str:
 
 
 def _compare_module(a_path: str, b_path: str, mine: dict, theirs: dict) -> list[WeightFinding]:
-    """Tensors pair by name, then the rest by shape (a port may call ``weight`` ``scale``)."""
+    """Tensors pair by name, then the rest by shape (a port may call ``weight`` ``scale``), then the one left on
+    each side when one is the other's transposed layout or a part of it (fused)."""
     found = []
     pairs = [(name, name) for name in mine if name in theirs]
     only_a = [name for name in mine if name not in theirs]
@@ -111,6 +134,8 @@ def _compare_module(a_path: str, b_path: str, mine: dict, theirs: dict) -> list[
             pairs.append((name, best))
             only_a.remove(name)
             only_b.remove(best)
+    if len(only_a) == len(only_b) == 1 and _reversed_or_fused(mine[only_a[0]], theirs[only_b[0]]):
+        pairs.append((only_a.pop(), only_b.pop()))  # the one left on each side: another layout, or fused
     for name in only_a:
         serious = mine[name].get("kind") != "buffer"
         found.append(WeightFinding(a_path, b_path, name, "missing", f"{name} exists in a but not in b", None, serious))
@@ -138,8 +163,11 @@ def classify(a: dict[str, Any], b: dict[str, Any]) -> tuple[str, str, float | No
         return None
     shape_a, shape_b = a.get("shape"), b.get("shape")
     if shape_a != shape_b:
-        if _transposed_shapes(a, b):
-            return "transposed", f"stored transposed: shape {shape_b} where a has {shape_a}", None, True
+        if _reversed(shape_a, shape_b):
+            return _other_layout(a, b)
+        if _fused(shape_a, shape_b):
+            return "fused", f"shape {shape_b} where a has {shape_a}: one holds the other fused with more " \
+                "(its values are judged by the calls' outputs)", None, False
         return "shape", f"shape {shape_b} where a has {shape_a}", None, True
     xs, ys = _floats(a.get("samples")), _floats(b.get("samples"))
     if not xs or len(xs) != len(ys):
@@ -190,12 +218,48 @@ def _shape_of_difference(a: dict, b: dict, xs: list[float], ys: list[float], rel
     return None
 
 
-def _transposed_shapes(a: dict, b: dict) -> bool:
-    shape_a, shape_b = a.get("shape") or [], b.get("shape") or []
-    if len(shape_a) != 2 or list(reversed(shape_a)) != list(shape_b):
+def _reversed_or_fused(a: dict, b: dict) -> bool:
+    return _reversed(a.get("shape"), b.get("shape")) or _fused(a.get("shape"), b.get("shape"))
+
+
+def _reversed(shape_a: Any, shape_b: Any) -> bool:
+    """Two matrices, one of the other's shape transposed."""
+    return isinstance(shape_a, list) and len(shape_a) == 2 and list(reversed(shape_a)) == list(shape_b or [])
+
+
+def _fused(shape_a: Any, shape_b: Any) -> bool:
+    """One matrix a whole multiple of the other along one dimension, in either layout (q/k/v or gate/up fused)."""
+    if not (isinstance(shape_a, list) and isinstance(shape_b, list) and len(shape_a) == len(shape_b) >= 1):
         return False
-    rows, cols = _floats(a.get("row_blocks")), _floats(b.get("col_blocks"))
-    return bool(rows) and len(rows) == len(cols) and _rms_diff(rows, cols) < 1e-4
+    for other in ([shape_b] if len(shape_b) != 2 else [shape_b, list(reversed(shape_b))]):
+        off = [(x, y) for x, y in zip(shape_a, other) if x != y]
+        if len(off) == 1 and min(off[0]) > 0 and max(off[0]) % min(off[0]) == 0:
+            return True
+    return False
+
+
+def _transposed(a: dict) -> dict[str, Any]:
+    """The fingerprint of ``a.T``: the samples at the transposed positions swap with ``samples``, the row and
+    column blocks swap; the statistics, bit sum and exact dtypes are a permutation's, the same."""
+    t = dict(a)
+    t["shape"] = list(reversed(a["shape"]))
+    t["samples"], t["mirrored_samples"] = a.get("mirrored_samples"), a.get("samples")
+    t["row_blocks"], t["col_blocks"] = a.get("col_blocks"), a.get("row_blocks")
+    return t
+
+
+def _other_layout(a: dict, b: dict) -> tuple[str, str, float | None, bool]:
+    """b holds a's matrix in the transposed layout: the same values (not a difference), or how they differ."""
+    layout = f"stored transposed (shape {b.get('shape')} where a has {a.get('shape')}, the other layout of one product)"
+    proves = [(x, y) for x, y in ((_transposed(a), b), (a, _transposed(b)))
+              if (found := _floats(y.get("samples"))) and len(found) == len(_floats(x.get("samples")))]
+    if not proves:  # older fingerprints on both sides: nothing proves the values
+        return "layout", f"{layout}; this fingerprint cannot tell whether its values are the same", None, False
+    judged = classify(*proves[0])
+    if judged is None or not judged[3]:
+        return "layout", f"{layout}: the same values up to layout", judged[2] if judged else 0.0, False
+    kind, detail, rel, serious = judged
+    return kind, f"{layout}, and {detail}", rel, serious
 
 
 def _odd_blocks(a: dict, b: dict, axis: str) -> list[int] | None:

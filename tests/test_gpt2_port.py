@@ -1,0 +1,121 @@
+"""A natural port is not a bug: transformers' GPT-2 against a from-scratch port (tests/models/gpt2_port.py).
+
+The port holds GPT-2's Conv1D weights transposed in nn.Linear, looks position embeddings up from 1-D
+position ids (its ``pos`` gives ``[T, D]`` where ``wpe`` gives ``[1, T, D]``), has its own names and
+``forward(ids)``. The clean port must agree; each planted bug must be named at its module, or, from files
+in bf16 where nothing measured the rounding, left unresolved; no case may name a wrong module.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import nbtrace
+from tests.models.gpt2_port import BUGS, RENAME, build_original, build_port, make_inputs
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+VERDICT_XFAIL = "needs the measured verdict (issue 17)"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny matrices: threads only fight over the cores (replay is ~10x slower on a busy machine)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """``store(dtype, bug)`` -> (reference folder, port folder, live port), each built once."""
+    built: dict = {}
+
+    def get(dtype: str, bug: str | None):
+        if (dtype, bug) not in built:
+            if (dtype, "ref") not in built:
+                original = build_original(DTYPES[dtype])
+                folder = tmp_path_factory.mktemp(f"gpt2-{dtype}")
+                with torch.no_grad(), nbtrace.trace(original, debug_path=folder, use_repr=False,
+                                                    do_prune_layers=False):
+                    original(**make_inputs())
+                built[(dtype, "ref")] = (original, folder)
+            original, a = built[(dtype, "ref")]
+            port = build_port(original, bug)
+            b = tmp_path_factory.mktemp(f"port-{dtype}-{bug}")
+            with torch.no_grad(), nbtrace.trace(port, debug_path=b, use_repr=False, do_prune_layers=False):
+                port(make_inputs()["input_ids"])
+            built[(dtype, bug)] = (a, b, port)
+        return built[(dtype, bug)]
+
+    return get
+
+
+def _compare(store, dtype, bug, mode, rename):
+    a, b, port = store(dtype, bug)
+    return nbtrace.compare(a, b if mode == "files" else port, rename=RENAME if rename else None)
+
+
+def _named(comparison) -> str | None:
+    """The module the verdict names, or None where it names none (agreement or an unresolved verdict)."""
+    first = comparison.first_divergence
+    if first is None or getattr(first, "state", None) == "unresolved" or getattr(first, "unresolved", False):
+        return None
+    return first.module_path
+
+
+#: the clean port, and the bugs that originate after h.0.mlp.act in call order
+_AFTER_GELU = (None, "scaled_fc_in")
+
+
+def _cases(bug: str | None):
+    """(dtype, mode) pairs. Replayed in bf16, today's modelled replay rule takes the reference's gelu_new
+    (rounded at every step in bf16) against the port's once-rounded tanh GELU at h.0.mlp.act for a
+    difference, before anything later: the measured rule (the reference's own rounding) decides it."""
+    for dtype in DTYPES:
+        for mode in ("files", "replay"):
+            xfail = bug in _AFTER_GELU and (dtype, mode) == ("bf16", "replay")
+            marks = [pytest.mark.xfail(strict=False, reason=VERDICT_XFAIL)] if xfail else []
+            yield pytest.param(dtype, mode, marks=marks, id=f"{dtype}-{mode}")
+
+
+@pytest.mark.parametrize("rename", [True, False], ids=["rename", "plain"])
+@pytest.mark.parametrize("dtype, mode", list(_cases(None)))
+def test_the_clean_port_agrees(store, dtype, mode, rename):
+    comparison = _compare(store, dtype, None, mode, rename)
+    assert _named(comparison) is None, str(comparison.first_divergence)
+    assert not [w for w in comparison.weights if w.serious], [str(w) for w in comparison.weights]
+
+
+@pytest.mark.parametrize("rename", [True, False], ids=["rename", "plain"])
+@pytest.mark.parametrize("bug, dtype, mode", [pytest.param(bug, *case.values, marks=case.marks, id=f"{bug}-{case.id}")
+                                               for bug in BUGS for case in _cases(bug)])
+def test_each_bug_is_named_at_its_module(store, bug, dtype, mode, rename):
+    comparison = _compare(store, dtype, bug, mode, rename)
+    converted = {BUGS[bug]} if bug == "scaled_fc_in" else set()  # the only bug in the weights, not the code
+    assert {w.module_path for w in comparison.weights if w.serious} == converted, [str(w) for w in comparison.weights]
+    named = _named(comparison)
+    if named is None and mode == "files" and dtype == "bf16":
+        return  # unresolved from files without measured rounding is allowed; a wrong module never is
+    assert named == BUGS[bug], str(comparison.first_divergence)
+
+
+def test_the_natural_layout_is_no_weight_difference_and_a_scale_reads_as_a_scale(store):
+    clean = _compare(store, "fp32", None, "files", True)
+    layouts = [w for w in clean.weights if w.kind == "layout"]
+    assert layouts and all("up to layout" in w.detail or "same product" in w.detail for w in layouts)
+    scaled = [w for w in _compare(store, "fp32", "scaled_fc_in", "files", True).weights if w.serious]
+    assert [(w.module_path, w.name, w.kind) for w in scaled] == [(BUGS["scaled_fc_in"], "weight", "scaled")]
+    assert "stored transposed" in scaled[0].detail and "scaled by 1.01" in scaled[0].detail
+
+
+def test_position_embeddings_equal_after_broadcasting(store):
+    comparison = _compare(store, "fp32", None, "files", True)
+    wpe = next(m for m in comparison.matches if m.a.module_path.endswith(".wpe"))
+    assert _output_shapes(wpe) == {((1, 16, 128), (16, 128))}
+    assert all(d.ok and d.basis == "tensors" and d.max_abs == 0 for d in wpe.diffs if d.io == "output")
+
+
+def _output_shapes(match) -> set:
+    return {(tuple(d.shape), tuple(d.b_shape)) for d in match.diffs if d.io == "output"}
