@@ -15,7 +15,7 @@ from .narrow import OperationDiff, OperationDivergence, narrow_records
 from .record import Operation, OperationRecord, record_operations
 
 
-__all__ = ["Operation", "OperationDiff", "OperationDivergence", "OperationRecord", "narrow_modules",
+__all__ = ["Operation", "OperationDiff", "OperationDivergence", "OperationRecord", "narrow", "narrow_modules",
            "record_operations"]
 
 
@@ -52,3 +52,23 @@ def narrow_modules(reference: nn.Module, port: nn.Module, args: tuple = (), kwar
     return narrow_records(ref, got, align_operations(ref, got, u))
 
 
+
+
+def narrow(subject: Any, port: nn.Module | None = None, args: tuple = (), kwargs: dict | None = None, *,
+           reference: nn.Module | None = None, port_args: tuple | None = None, port_kwargs: dict | None = None,
+           dtype: torch.dtype | None = None) -> OperationDiff | None:
+    """The first operation (and source line) where a port differs from the reference, inside one call.
+
+    ``narrow(reference_module, port_module, args, kwargs)``: both modules run on the reference's inputs
+    (``port_args``/``port_kwargs`` where the port takes them differently; ``dtype``: run copies in it).
+    ``narrow(comparison, reference=original_model)``: the call the comparison blames, on its recorded inputs;
+    the port is the live module of ``compare(a, port)`` (or ``port=``); without ``reference`` only the port's
+    side is re-run. Sets ``comparison.first_divergence.operation``; None when nothing diverges."""
+    from ..comparison import Comparison
+    from .from_comparison import narrow_comparison
+
+    if isinstance(subject, Comparison):
+        return narrow_comparison(subject, reference=reference, port=port)
+    if port is None:
+        raise TypeError("narrow(reference, port, args, kwargs): the port module is missing")
+    return narrow_modules(subject, port, args, kwargs, port_args=port_args, port_kwargs=port_kwargs, dtype=dtype)

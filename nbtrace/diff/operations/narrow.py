@@ -52,13 +52,15 @@ class OperationDivergence:
 @dataclass
 class OperationDiff:
     """Two operation records of one call aligned, and the first operation where they differ (``first``,
-    None when the port computes what the reference does within rounding)."""
+    None when the port computes what the reference does within rounding). With only the port live,
+    ``reference`` and ``alignment`` are None and ``note`` says how far the port's own record narrows it."""
 
-    reference: OperationRecord
+    reference: OperationRecord | None
     port: OperationRecord
-    alignment: Alignment
+    alignment: Alignment | None
     first: OperationDivergence | None
     module_path: str | None = None  # the call narrowed, in the reference's naming (from a comparison)
+    note: str | None = None
 
     def status(self, side: str, index: int) -> str:
         """``"agrees"``, ``"differs"`` (the first divergence), ``"uncertain"`` or ``"only"`` (no counterpart)
@@ -67,6 +69,8 @@ class OperationDiff:
         named = getattr(first, side) if first else None
         if named is not None and named.index == index:
             return "differs"
+        if self.alignment is None:
+            return "only"
         uncertain = self.alignment.uncertain_reference if side == "reference" else self.alignment.uncertain_port
         if index in uncertain:
             return "uncertain"

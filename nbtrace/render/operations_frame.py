@@ -1,0 +1,61 @@
+"""The operations of a narrowed call as a pandas table: one row per operation of each side."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .operations_words import OPERATION_STATUS_WORDS
+from .table import Columns
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas
+
+SCHEMA = (
+    ("side", "str"),
+    ("index", "int"),
+    ("operation", "str"),
+    ("module", "str"),
+    ("file", "str"),
+    ("line", "int"),
+    ("code", "str"),
+    ("shape", "tuple"),
+    ("dtype", "str"),
+    ("status", "str"),
+    ("own_rounding_u", "float"),
+    ("error_u", "float"),
+    ("counterparts", "tuple"),
+    ("reaches_output", "bool"),
+)
+
+
+def operations_rows(diff: Any) -> list[dict[str, Any]]:
+    """Plain rows (both sides, reference first) for the table and the widget."""
+    rows = []
+    u = diff.alignment.u if diff.alignment is not None else 0.0
+    for side, record in (("reference", diff.reference), ("port", diff.port)):
+        if record is None:
+            continue
+        paired = diff.alignment.of_reference if side == "reference" else diff.alignment.of_port
+        for op in record.operations:
+            status = diff.status(side, op.index)
+            found = paired.get(op.index, [])
+            rows.append({
+                "side": side, "index": op.index, "operation": op.name, "module": op.module,
+                "file": op.source.short.rsplit(":", 1)[0], "line": op.source.line, "code": op.source.text,
+                "shape": tuple(op.shape), "dtype": op.dtype, "status": status,
+                "status_words": OPERATION_STATUS_WORDS[status],
+                "own_rounding_u": op.own / u if op.own is not None and u else None,
+                "error_u": op.error / u if op.error is not None and u else None,
+                "counterparts": tuple(c if isinstance(c, int) else c.index for c in found),
+                "reaches_output": op.reaches_output,
+            })
+    return rows
+
+
+def operations_frame(diff: Any) -> pandas.DataFrame:
+    """``OperationDiff.to_dataframe()``: ``status`` is "agrees", "differs" (the first divergence), "uncertain"
+    or "only" (no counterpart); rounding in units of the compared dtype's unit roundoff."""
+    columns = Columns(SCHEMA)
+    for row in operations_rows(diff):
+        columns.add(**{name: row[name] for name, _ in SCHEMA})
+    return columns.frame("OperationDiff.to_dataframe()")
