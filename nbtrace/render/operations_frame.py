@@ -31,11 +31,12 @@ SCHEMA = (
 def operations_rows(diff: Any) -> list[dict[str, Any]]:
     """Plain rows (both sides, reference first) for the table and the widget."""
     rows = []
-    u = diff.alignment.u if diff.alignment is not None else 0.0
+    u = diff.u
     for side, record in (("reference", diff.reference), ("port", diff.port)):
         if record is None:
             continue
-        paired = diff.alignment.of_reference if side == "reference" else diff.alignment.of_port
+        alignment = diff.alignment
+        paired = {} if alignment is None else alignment.of_reference if side == "reference" else alignment.of_port
         for op in record.operations:
             status = diff.status(side, op.index)
             found = paired.get(op.index, [])

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..noise import UNIT_ROUNDOFF
 from .align import Alignment, compared
 from .record import Operation, OperationRecord
 from .values import distance
@@ -61,6 +62,13 @@ class OperationDiff:
     first: OperationDivergence | None
     module_path: str | None = None  # the call narrowed, in the reference's naming (from a comparison)
     note: str | None = None
+
+    @property
+    def u(self) -> float:
+        """The unit roundoff of the compared dtype (the coarser side's)."""
+        if self.alignment is not None:
+            return self.alignment.u
+        return UNIT_ROUNDOFF.get(self.port.dtype, UNIT_ROUNDOFF["float64"])
 
     def status(self, side: str, index: int) -> str:
         """``"agrees"``, ``"differs"`` (the first divergence), ``"uncertain"`` or ``"only"`` (no counterpart)
