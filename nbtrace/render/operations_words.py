@@ -16,6 +16,10 @@ OPERATION_STATUS_WORDS = {
     "only": "no counterpart",
 }
 OPERATION_LABEL = "operation"
+#: the widget's headings of the operations table (the ES module spells no word itself)
+OPERATION_HEADINGS = {"title": "operations inside this call", "side": "side", "operation": "operation",
+                      "module": "in", "line": "line", "code": "code", "status": "status",
+                      "reference": "reference", "port": "port"}
 NOTHING_NARROWED = "no operation differs beyond rounding ({ref} reference and {port} port operations aligned)"
 NOT_NARROWED = "not narrowed: {why}"
 
