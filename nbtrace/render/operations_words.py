@@ -20,7 +20,7 @@ OPERATION_LABEL = "operation"
 OPERATION_HEADINGS = {"title": "operations inside this call", "side": "side", "operation": "operation",
                       "module": "in", "line": "line", "code": "code", "status": "status",
                       "reference": "reference", "port": "port"}
-NOTHING_NARROWED = "no operation differs beyond rounding ({ref} reference and {port} port operations aligned)"
+NOTHING_NARROWED = "no operation differs beyond rounding ({ref} reference and {port} port operations recorded)"
 NOT_NARROWED = "not narrowed: {why}"
 
 
