@@ -21,8 +21,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import nbtrace  # noqa: E402
-from tests.models.layer_cases import layer_pair  # noqa: E402
+import nbtrace
+from tests.models.layer_cases import layer_pair
 
 
 def main() -> None:

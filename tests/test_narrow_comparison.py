@@ -39,7 +39,7 @@ def _readme(tmp_path, port_class=PortedBlock):
 
 
 def test_the_readme_gelu_example_names_the_gelu_line(tmp_path):
-    original, port, c = _readme(tmp_path)
+    original, _, c = _readme(tmp_path)
     assert c.first_divergence.operation is None  # not narrowed yet
     diff = nbtrace.narrow(c, reference=original)
     first = diff.first

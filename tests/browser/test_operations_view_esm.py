@@ -9,8 +9,12 @@ from playwright.sync_api import expect
 
 import nbtrace
 from nbtrace.notebook.view import TraceView
-from tests.browser.test_trace_view_esm import expect_selected, mount, row
-from tests.browser.test_trace_view_esm import page  # noqa: F401 (a fixture)
+from tests.browser.test_trace_view_esm import (
+    expect_selected,
+    mount,
+    page,  # noqa: F401 (a fixture)
+    row,
+)
 from tests.models.precision import one_thread  # noqa: F401
 from tests.test_narrow_comparison import _readme
 

@@ -14,7 +14,6 @@ from .align import align_operations
 from .narrow import OperationDiff, OperationDivergence, narrow_records
 from .record import Operation, OperationRecord, record_operations
 
-
 __all__ = ["Operation", "OperationDiff", "OperationDivergence", "OperationRecord", "narrow", "narrow_modules",
            "record_operations"]
 

@@ -9,7 +9,6 @@ raises, and the module's buffers and torch's random state are what they were bef
 
 from __future__ import annotations
 
-
 import weakref
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,7 +17,7 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from .shadow import Shadows, is_random, op_name, tensors_of, twin, upcast, wide_func  # noqa: F401
+from .shadow import Shadows, is_random, op_name, tensors_of, twin, upcast, wide_func
 from .source import SourceLine, caller_line
 
 #: what an operation's output is, in plain numbers: mean, std, min, max (of its finite values)

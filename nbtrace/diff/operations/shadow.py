@@ -11,7 +11,8 @@ float64 executions, so the shadow never rounds.
 from __future__ import annotations
 
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch.utils._pytree import tree_map
