@@ -82,12 +82,13 @@ def relative_rms(x: torch.Tensor, reference: torch.Tensor) -> float:
     where that is 0)."""
     a, b = x.detach().double().reshape(-1), reference.detach().double().reshape(-1)
     keep = torch.isfinite(a) & torch.isfinite(b)
-    if not bool(keep.any()):
-        return 0.0
-    a, b = a[keep], b[keep]
-    scale = float(b.square().mean().sqrt())
-    diff = float((a - b).square().mean().sqrt())
-    return diff / scale if scale > 0 else diff
+    if not bool(keep.all()):
+        if not bool(keep.any()):
+            return 0.0
+        a, b = a[keep], b[keep]
+    scale = float(torch.linalg.vector_norm(b))
+    diff = float(torch.linalg.vector_norm(a - b))
+    return diff / scale if scale > 0 else diff / max(1, a.numel()) ** 0.5
 
 
 class _Recorder(TorchFunctionMode):

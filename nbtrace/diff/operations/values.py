@@ -13,24 +13,30 @@ HUGE = 1e30  # a value this large is a mask's fill, not a result
 SAME, PERMUTED = "same", "permuted"
 
 
+def _regular(x: torch.Tensor) -> torch.Tensor:
+    return x.abs() < HUGE  # False for inf and NaN too
+
+
 def rms(x: torch.Tensor) -> float:
     """The RMS of the regular (finite, not huge) values of ``x`` (0 for none)."""
-    keep = torch.isfinite(x) & (x.abs() < HUGE)
-    return float(x[keep].square().mean().sqrt()) if bool(keep.any()) else 0.0
+    keep = _regular(x)
+    if not bool(keep.all()):
+        x = x[keep]
+    return float(torch.linalg.vector_norm(x)) / x.numel() ** 0.5 if x.numel() else 0.0
 
 
 def _difference(a: torch.Tensor, b: torch.Tensor) -> float | None:
     """Relative RMS difference of two flat tensors of one length; None when their masks differ."""
-    mask_a, mask_b = ~(torch.isfinite(a) & (a.abs() < HUGE)), ~(torch.isfinite(b) & (b.abs() < HUGE))
-    if not torch.equal(mask_a, mask_b):
+    keep_a, keep_b = _regular(a), _regular(b)
+    if not torch.equal(keep_a, keep_b):
         return None
-    keep = ~mask_a
-    if not bool(keep.any()):
-        return 0.0
-    a, b = a[keep], b[keep]
-    scale = max(float(a.square().mean().sqrt()), float(b.square().mean().sqrt()))
-    diff = float((a - b).square().mean().sqrt())
-    return diff / scale if scale > 0 else diff
+    if not bool(keep_a.all()):
+        if not bool(keep_a.any()):
+            return 0.0
+        a, b = a[keep_a], b[keep_a]
+    scale = max(float(torch.linalg.vector_norm(a)), float(torch.linalg.vector_norm(b)))
+    diff = float(torch.linalg.vector_norm(a - b))
+    return diff / scale if scale > 0 else diff / a.numel() ** 0.5
 
 
 def _flat_pair(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -64,6 +70,6 @@ def permuted_distance(a: torch.Tensor, b: torch.Tensor) -> tuple[float, str] | N
 
 def degenerate(x: torch.Tensor) -> bool:
     """Whether ``x`` holds fewer than two distinct regular values (it would match too much)."""
-    keep = torch.isfinite(x) & (x.abs() < HUGE)
-    values = x[keep]
-    return values.numel() < 2 or float(values.max() - values.min()) == 0.0
+    keep = _regular(x)
+    values = x if bool(keep.all()) else x[keep]
+    return values.numel() < 2 or bool(values.max() == values.min())
