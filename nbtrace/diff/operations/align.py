@@ -15,8 +15,11 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
+import torch
+
 from ..noise import UNIT_ROUNDOFF
 from .record import Operation, OperationRecord
+from .shadow import sentinel_limit
 from .values import PERMUTED, degenerate, distance, permuted_distance, rms
 
 U64 = UNIT_ROUNDOFF["float64"]
@@ -49,6 +52,11 @@ class Alignment:
         return MATCH_K * ((a.error or 0.0) + (b.error or 0.0)) * scale + MATCH_FLOOR
 
 
+def limit_of(op: Operation) -> float:
+    """Where the sentinels of the operation's dtype begin (``shadow.sentinel_limit``)."""
+    return sentinel_limit(getattr(torch, op.dtype, torch.float64))
+
+
 def compared(op: Operation) -> bool:
     """Whether an operation's output takes part in the alignment (floating, non-empty, with a float64 twin)."""
     return op.floating and op.truth is not None and op.truth.numel() > 0
@@ -60,25 +68,25 @@ def align_operations(reference: OperationRecord, port: OperationRecord, u: float
     ref_ops = [op for op in reference.operations if compared(op)]
     port_ops = [op for op in port.operations if compared(op)]
     for op in ref_ops:
-        if degenerate(op.truth):
+        if degenerate(op.truth, limit_of(op)):
             result.uncertain_reference.add(op.index)
     for op in port_ops:
-        if degenerate(op.truth):
+        if degenerate(op.truth, limit_of(op)):
             result.uncertain_port.add(op.index)
-    ranked = sorted((rms(op.truth), op.index) for op in port_ops)
+    ranked = sorted((rms(op.truth, limit_of(op)), op.index) for op in port_ops)
     keys = [r for r, _ in ranked]
     by_index = {op.index: op for op in port_ops}
     widest = MATCH_K * 2 * max((op.error or 0.0) for op in ref_ops + port_ops) * (U64 / u if u else 1) + MATCH_FLOOR
     for a in ref_ops:
-        size = rms(a.truth)
+        size = rms(a.truth, limit_of(a))
         low, high = size * (1 - widest) - 1e-300, size * (1 + widest) + 1e-300
         found: list[Counterpart] = []
         for _, index in ranked[bisect.bisect_left(keys, low):bisect.bisect_right(keys, high)]:
             b = by_index[index]
-            limit = result.allowed(a, b)
-            near = distance(a.truth, b.truth)
+            limit, edge = result.allowed(a, b), min(limit_of(a), limit_of(b))
+            near = distance(a.truth, b.truth, edge)
             if near is None or near[0] > limit:
-                near = permuted_distance(a.truth, b.truth)
+                near = permuted_distance(a.truth, b.truth, edge)
                 if near is None or near[0] > limit or _needs_order(a, b):
                     continue
             found.append(Counterpart(b.index, near[0], near[1]))

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..noise import UNIT_ROUNDOFF
-from .align import Alignment, compared
+from .align import Alignment, compared, limit_of
 from .record import Operation, OperationRecord
 from .values import distance
 
@@ -170,7 +170,7 @@ def narrow_records(reference: OperationRecord, port: OperationRecord, alignment:
 def _math(a: Operation | None, b: Operation | None, alignment: Alignment) -> OperationDivergence:
     difference = allowed = None
     if a is not None and b is not None:
-        near = distance(a.truth, b.truth)
+        near = distance(a.truth, b.truth, min(limit_of(a), limit_of(b)))
         if near is not None:
             difference, allowed = near[0], alignment.allowed(a, b)
     return OperationDivergence("math", a, b, difference, allowed, alignment.u)

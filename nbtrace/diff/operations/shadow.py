@@ -20,6 +20,7 @@ from torch.utils._pytree import tree_map
 #: methods that only convert to a floating dtype: in float64 they keep the float64 value
 _CASTS = {"float", "half", "bfloat16", "double"}
 #: operations whose result is random: the shadow takes the value the run drew instead of drawing again
+SENTINEL = 1e30  # a value this large is a mask's fill in any dtype
 _RANDOM = ("rand", "dropout", "bernoulli", "multinomial", "normal_", "uniform_", "exponential_")
 
 
@@ -86,13 +87,24 @@ def wide_func(func: Callable[..., Any], name: str) -> Callable[..., Any]:
     return func
 
 
+def sentinel_limit(dtype: torch.dtype) -> float:
+    """Values of ``dtype`` at least this large are sentinels (a mask's ``finfo.min``), not results."""
+    return min(SENTINEL, torch.finfo(dtype).max / 2) if dtype.is_floating_point else SENTINEL
+
+
 def twin(result: Any, wide: Any, shadows: Shadows) -> None:
-    """Pair each tensor of ``result`` with the tensor at the same place in ``wide`` (its shadow)."""
+    """Pair each tensor of ``result`` with the tensor at the same place in ``wide`` (its shadow). A sentinel of
+    the run (a value at the edge of its dtype's range: ``finfo(float16).min`` filling a mask) keeps its value in
+    the shadow: ``score + finfo.min`` is the fill in the run's dtype, and so in float64."""
     low, high = _leaves(result), _leaves(wide)
     if len(low) != len(high):
         return
     for a, b in zip(low, high):
         if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+            if a.is_floating_point() and a.dtype != torch.float64 and b.dtype == torch.float64 and a.shape == b.shape:
+                edge = a.abs() >= sentinel_limit(a.dtype)
+                if bool(edge.any()):
+                    b = torch.where(edge, a.detach().to(torch.float64), b)
             shadows.set(a, b)
 
 
