@@ -25,9 +25,9 @@ LINES = {
 }
 
 
-def _narrow(bugs=(), dtype=torch.float32, **options):
+def _narrow(bugs=(), dtype=torch.float32, full=False, **options):
     ref, port, args, kwargs, port_args = layer_pair(bugs, dtype=dtype, **options)
-    return nbtrace.narrow(ref, port, args, kwargs, port_args=port_args, dtype=dtype)
+    return nbtrace.narrow(ref, port, args, kwargs, port_args=port_args, dtype=dtype, full=full)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
@@ -79,3 +79,15 @@ def test_the_table_marks_the_diverging_operation_on_both_sides():
     ref = frame[frame.side == "reference"]
     assert ref.module.str.startswith("self_attn").any() and ref.module.str.startswith("mlp").any()
     assert (frame.status == "agrees").sum() > 20
+
+
+def test_summaries_by_default_full_tensors_on_request():
+    kept = _narrow(["eps"], full=True).first
+    assert kept.reference.low is not None and kept.reference.truth.dtype == torch.float64
+    diff = _narrow(["eps"])
+    op = diff.first.reference
+    assert op.low is None and op.truth is None and set(op.summary()) == {"mean", "std", "min", "max"}
+    frame = diff.to_dataframe()
+    floating = frame[frame.dtype.str.contains("float")]
+    assert len(floating) > 100 and floating["std"].notna().all() and (floating["max"] >= floating["min"]).all()
+    assert frame[~frame.dtype.str.contains("float")]["std"].isna().all()  # masks and positions: no summary

@@ -21,6 +21,10 @@ SCHEMA = (
     ("shape", "tuple"),
     ("dtype", "str"),
     ("status", "str"),
+    ("mean", "float"),
+    ("std", "float"),
+    ("min", "float"),
+    ("max", "float"),
     ("own_rounding_u", "float"),
     ("error_u", "float"),
     ("counterparts", "tuple"),
@@ -49,6 +53,7 @@ def operations_rows(diff: Any) -> list[dict[str, Any]]:
                 "error_u": op.error / u if op.error is not None and u else None,
                 "counterparts": tuple(c if isinstance(c, int) else c.index for c in found),
                 "reaches_output": op.reaches_output,
+                **{key: op.summary().get(key) for key in ("mean", "std", "min", "max")},
             })
     return rows
 

@@ -33,10 +33,11 @@ def _in_dtype(module: nn.Module, dtype: torch.dtype | None) -> nn.Module:
 
 def narrow_modules(reference: nn.Module, port: nn.Module, args: tuple = (), kwargs: dict | None = None, *,
                    port_args: tuple | None = None, port_kwargs: dict | None = None,
-                   dtype: torch.dtype | None = None) -> OperationDiff:
+                   dtype: torch.dtype | None = None, full: bool = False) -> OperationDiff:
     """Run ``reference(*args, **kwargs)`` and ``port`` on the same inputs (``port_args``/``port_kwargs``
     where it takes them differently), each beside its float64 twin, and name the first operation where they
-    differ. ``dtype`` runs copies of both (and the inputs) in that dtype instead of their own."""
+    differ. ``dtype`` runs copies of both (and the inputs) in that dtype instead of their own; ``full`` keeps
+    every operation's output tensors (``Operation.low``, ``.truth``), else their summaries only."""
     for name, module in (("reference", reference), ("port", port)):
         if not isinstance(module, nn.Module):
             raise TypeError(f"narrow: {name} must be a torch.nn.Module, got {type(module).__name__}")
@@ -48,26 +49,38 @@ def narrow_modules(reference: nn.Module, port: nn.Module, args: tuple = (), kwar
     ref = record_operations(_in_dtype(reference, dtype), tuple(args), kwargs)
     got = record_operations(_in_dtype(port, dtype), tuple(p_args), p_kwargs)
     u = max(UNIT_ROUNDOFF.get(ref.dtype, 0.0), UNIT_ROUNDOFF.get(got.dtype, 0.0)) or UNIT_ROUNDOFF["float64"]
-    return narrow_records(ref, got, align_operations(ref, got, u))
+    return keep(narrow_records(ref, got, align_operations(ref, got, u)), full)
+
+
+def keep(diff: OperationDiff, full: bool) -> OperationDiff:
+    """``diff`` with its operations' tensors released unless ``full``."""
+    if not full:
+        for record in (diff.reference, diff.port):
+            for op in record.operations if record is not None else []:
+                op.release()
+    return diff
 
 
 
 
 def narrow(subject: Any, port: nn.Module | None = None, args: tuple = (), kwargs: dict | None = None, *,
            reference: nn.Module | None = None, port_args: tuple | None = None, port_kwargs: dict | None = None,
-           dtype: torch.dtype | None = None) -> OperationDiff | None:
+           dtype: torch.dtype | None = None, full: bool = False) -> OperationDiff | None:
     """The first operation (and source line) where a port differs from the reference, inside one call.
 
     ``narrow(reference_module, port_module, args, kwargs)``: both modules run on the reference's inputs
     (``port_args``/``port_kwargs`` where the port takes them differently; ``dtype``: run copies in it).
     ``narrow(comparison, reference=original_model)``: the call the comparison blames, on its recorded inputs;
     the port is the live module of ``compare(a, port)`` (or ``port=``); without ``reference`` only the port's
-    side is re-run. Sets ``comparison.first_divergence.operation``; None when nothing diverges."""
+    side is re-run. Sets ``comparison.first_divergence.operation``; None when nothing diverges. ``full`` keeps
+    each operation's output tensors (``Operation.low`` as run, ``Operation.truth`` in float64), else summaries."""
     from ..comparison import Comparison
     from .from_comparison import narrow_comparison
 
     if isinstance(subject, Comparison):
-        return narrow_comparison(subject, reference=reference, port=port)
+        found = narrow_comparison(subject, reference=reference, port=port)
+        return keep(found, full) if found is not None else None
     if port is None:
         raise TypeError("narrow(reference, port, args, kwargs): the port module is missing")
-    return narrow_modules(subject, port, args, kwargs, port_args=port_args, port_kwargs=port_kwargs, dtype=dtype)
+    return narrow_modules(subject, port, args, kwargs, port_args=port_args, port_kwargs=port_kwargs, dtype=dtype,
+                          full=full)

@@ -59,7 +59,7 @@ def limit_of(op: Operation) -> float:
 
 def compared(op: Operation) -> bool:
     """Whether an operation's output takes part in the alignment (floating, non-empty, with a float64 twin)."""
-    return op.floating and op.truth is not None and op.truth.numel() > 0
+    return op.floating and op.low is not None and op.truth is not None and op.truth.numel() > 0
 
 
 def align_operations(reference: OperationRecord, port: OperationRecord, u: float) -> Alignment:

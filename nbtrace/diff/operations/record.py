@@ -46,15 +46,24 @@ class Operation:
     own: float | None = None  # relative RMS: low output against the operation on its own inputs in float64
     error: float | None = None  # relative RMS: low output against the float64 run's
     reaches_output: bool = False  # the module's output depends on it
+    stats: dict[str, float] | None = None  # its summary, kept when the tensors are released
 
     @property
     def floating(self) -> bool:
         """Whether its output holds floating values (those are compared)."""
-        return self.low is not None and self.low.is_floating_point()
+        kind = getattr(torch, self.dtype, None)
+        return isinstance(kind, torch.dtype) and kind.is_floating_point
+
+    def release(self) -> None:
+        """Keep the summary of its output, drop the tensors (``narrow(..., full=True)`` keeps them)."""
+        self.stats = self.summary()
+        self.low = self.truth = None
 
     def summary(self) -> dict[str, float]:
         """Mean, std, min and max of its output's finite values."""
-        if self.low is None or self.low.numel() == 0 or not self.low.is_floating_point():
+        if self.low is None:
+            return dict(self.stats or {})
+        if self.low.numel() == 0 or not self.low.is_floating_point():
             return {}
         x = self.low.detach().double()
         x = x[torch.isfinite(x)]
