@@ -75,7 +75,9 @@ def test_the_table_marks_the_diverging_operation_on_both_sides():
     frame = _narrow(["rotary_k"]).to_dataframe()
     differs = frame[frame.status == "differs"]
     assert sorted(differs.side) == ["port", "reference"]
-    assert {"operation", "module", "file", "line", "code", "own_rounding_u", "counterparts"} <= set(frame.columns)
+    assert {"operation", "module", "file", "line", "code", "own_rounding_u", "counterparts", "arg_shapes"} <= set(frame.columns)
+    linear = frame[(frame.side == "port") & (frame.operation == "linear")].iloc[0]
+    assert linear.arg_shapes == ((2, 7, 32), (64, 32)) and linear.arg_dtypes == ("float32", "float32")
     ref = frame[frame.side == "reference"]
     assert ref.module.str.startswith("self_attn").any() and ref.module.str.startswith("mlp").any()
     assert (frame.status == "agrees").sum() > 20

@@ -18,6 +18,8 @@ SCHEMA = (
     ("file", "str"),
     ("line", "int"),
     ("code", "str"),
+    ("arg_shapes", "tuple"),
+    ("arg_dtypes", "tuple"),
     ("shape", "tuple"),
     ("dtype", "str"),
     ("status", "str"),
@@ -47,6 +49,7 @@ def operations_rows(diff: Any) -> list[dict[str, Any]]:
             rows.append({
                 "side": side, "index": op.index, "operation": op.name, "module": op.module,
                 "file": op.source.short.rsplit(":", 1)[0], "line": op.source.line, "code": op.source.text,
+                "arg_shapes": tuple(op.arg_shapes), "arg_dtypes": tuple(op.arg_dtypes),
                 "shape": tuple(op.shape), "dtype": op.dtype, "status": status,
                 "status_words": OPERATION_STATUS_WORDS[status],
                 "own_rounding_u": op.own / u if op.own is not None and u else None,
