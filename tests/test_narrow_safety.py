@@ -89,3 +89,21 @@ def test_wrong_arguments_name_what_is_wrong():
         nbtrace.narrow("not a module", nn.Linear(2, 2), (torch.randn(1, 2),))
     with pytest.raises(TypeError, match="port module is missing"):
         nbtrace.narrow(nn.Linear(2, 2))
+
+
+def test_an_operation_float64_cannot_run_is_listed_not_fatal(monkeypatch):
+    from nbtrace.diff.operations import record as record_module
+
+    def broken(func, name):
+        if name == "tanh":
+            raise NotImplementedError("no float64 kernel")
+        return func
+
+    monkeypatch.setattr(record_module, "wide_func", broken)
+    torch.manual_seed(0)
+    reference, port = Counting(), Counting()
+    port.load_state_dict(reference.state_dict())
+    diff = nbtrace.narrow(reference, port, (torch.randn(4, 8),))
+    assert diff.first is None
+    assert [entry.split(" at ")[0] for entry in diff.reference.without_twin] == ["tanh"]
+    assert _get_current_function_mode_stack() == []

@@ -81,6 +81,8 @@ class OperationRecord:
     dtype: str
     operations: list[Operation] = field(default_factory=list)
     outputs: list[int] = field(default_factory=list)
+    #: operations float64 could not run (their float64 twin is their own output upcast): "name at file:line"
+    without_twin: list[str] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.operations)
@@ -122,7 +124,12 @@ class _Recorder(TorchFunctionMode):
         outputs = tensors_of(result)
         if not outputs and not inplace:
             return result
-        self._shadow(func, name, args, kwargs, result, inplace)
+        try:
+            self._shadow(func, name, args, kwargs, result, inplace)
+        except (RuntimeError, TypeError, ValueError, NotImplementedError):
+            for t in tensors_of(result):  # float64 cannot run it: its twin is its own output, and it is listed
+                self.shadows.set(t, upcast(t))
+            self.record.without_twin.append(f"{name} at {caller_line().short}")
         self._note(func, name, args, kwargs, result, inplace)
         return result
 
