@@ -79,3 +79,15 @@ def test_llama_rotary_bug_from_the_comparison_to_the_line(tmp_path):
     first = nbtrace.narrow(c, reference=original).first
     assert "k_embed = (k * cos)" in first.reference.source.text
     assert "k = k.repeat_interleave" in first.port.source.text
+
+
+def test_only_the_port_live_names_where_it_rounds_to_a_coarser_dtype(tmp_path):
+    class HalfGelu(Block):  # the gelu computed in float16 inside a float32 block
+        def forward(self, x):
+            return x + self.down(nn.functional.gelu(self.up(self.norm(x)).half()).float())
+
+    _, _, c = _readme(tmp_path, HalfGelu)
+    note = str(nbtrace.narrow(c))
+    assert "rounds to a coarser dtype than the call's: Tensor.half to float16 at test_narrow_comparison.py:" in note
+    _, _, faithful = _readme(tmp_path / "faithful")
+    assert "coarser" not in str(nbtrace.narrow(faithful))

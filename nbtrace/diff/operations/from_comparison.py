@@ -100,7 +100,7 @@ def narrow_port_only(port: nn.Module, args: tuple, kwargs: dict,
     recorded output at the call's boundary (the candidate of its shape closest to it; ``note`` says how far
     that narrows it)."""
     got = record_operations(port, args, kwargs)
-    u = _u(got.dtype)
+    u = _u(got.dtype)  # the call's dtype: its first floating parameter's
     last = got.operations[got.outputs[0]] if got.outputs else None
     same = [t for t in reference_outputs if last is not None and t.shape == last.low.shape]
     if last is None or last.truth is None or not same:
@@ -113,4 +113,8 @@ def narrow_port_only(port: nn.Module, args: tuple, kwargs: dict,
             f"boundary its float64 output {verdict} from the reference's recorded output ({difference:.3g} relative "
             f"where rounding allows {allowed:.3g}); which operation inside differs needs the reference's code: "
             f"narrow(comparison, reference=<the original model>)")
+    coarser = [op for op in got.operations if op.reaches_output and UNIT_ROUNDOFF.get(op.dtype, 0.0) > u]
+    if coarser:
+        shown = ", ".join(f"{op.name} to {op.dtype} at {op.source.short}" for op in coarser[:3])
+        note += f"; the port rounds to a coarser dtype than the call's: {shown}"
     return OperationDiff(None, got, None, None, note=note)
