@@ -10,6 +10,7 @@ from .core.node import Node
 from .core.tensor import TensorValue
 from .core.trace import Trace
 from .diff.comparison import Comparison
+from .diff.operations import narrow
 from .diff.step_compare import compare
 from .diff.steps import StepsComparison
 from .errors import TraceFormatError
@@ -56,6 +57,7 @@ __all__ = [
     "load_trace",
     "load_traces",
     "model_addition_debugger_context",
+    "narrow",
     "plot_divergence",
     "plot_stats",
     "save_html",

@@ -78,6 +78,7 @@ class FirstDivergence:
     weights: list[WeightFinding] = field(default_factory=list)
     replayed: bool = False
     step: int = 0
+    operation: Any = None  # the first diverging operation inside it (diff/operations), once narrow() ran
 
     @classmethod
     def blaming(cls, comparison: Comparison, node: Node, **fields: Any) -> FirstDivergence:

@@ -88,6 +88,7 @@ def compare_live(reference: Any, port: nn.Module, *, replay: bool | str = True,
     b = recorder.trace
     assert b is not None
     comparison = compare(a, b, rename=rename, **options)
+    comparison.live_port = port  # narrow(comparison) runs the blamed call's module again
     weakref.finalize(comparison, shutil.rmtree, folder, True)
     if replay is False:
         return comparison

@@ -10,6 +10,8 @@ from typing import Any
 
 from ..core.node import Node
 from ..render.call_words import call_words, difference_column
+from ..render.operations_frame import operations_rows
+from ..render.operations_words import OPERATION_HEADINGS, diff_summary
 from ..render.shards import call_note
 from ..render.verdict import verdict_words
 from ..render.vocabulary import DIFFERENCE_MEANINGS, UNIT_MEANING
@@ -83,7 +85,27 @@ def comparison_detail(comparison: Any, node: Node, entry: dict[str, Any], diverg
             if difference is not None and difference["evidence"] == detail["divergence"]["evidence"]:
                 difference["evidence"] = []  # the blamed call's evidence is the verdict's: shown once, with it
             detail["divergence"]["observed"] = _observed(comparison, first, node) if hasattr(first, "diffs") else None
+            detail["divergence"]["operations"] = operations_payload(getattr(first, "operation", None))
     return detail
+
+
+MAX_OPERATIONS = 200  # per side, of those the call's output depends on
+
+
+def operations_payload(diff: Any) -> dict[str, Any] | None:
+    """The narrowed call's operations for the detail pane: the summary line, the headings, and per side the
+    operations its output depends on (status, source line); None when the call was not narrowed."""
+    if diff is None:
+        return None
+    rows = [r for r in operations_rows(diff) if r["reaches_output"]]
+    keep = [r for side in ("reference", "port") for r in [x for x in rows if x["side"] == side][:MAX_OPERATIONS]]
+    return {
+        "summary": diff_summary(diff),
+        "headings": OPERATION_HEADINGS,
+        "rows": [{key: row[key] for key in ("side", "index", "operation", "module", "file", "line", "code",
+                                            "status", "status_words")} for row in keep],
+        "left_out": len(rows) - len(keep),
+    }
 
 
 def _b_tensors(match: Any) -> dict[str, dict[str, Any]]:

@@ -78,10 +78,35 @@ function sentences(className, heading, lines) {
   return box;
 }
 
+/** The operations inside a narrowed call, both sides, the first diverging one marked, each with its line. */
+function operationsBlock(ops) {
+  const h = ops.headings;
+  const box = el("details", "nbt-d-operations");
+  box.open = true;
+  box.append(el("summary", "nbt-d-k", `${h.title} (${ops.rows.length})`));
+  const table = el("table", "nbt-op-table");
+  const head = el("tr", "");
+  for (const key of ["side", "operation", "module", "line", "code", "status"]) head.append(el("th", "", h[key]));
+  table.append(head);
+  for (const r of ops.rows) {
+    const row = el("tr", `nbt-op nbt-op-${r.status}`);
+    row.dataset.side = r.side;
+    row.dataset.index = String(r.index);
+    row.append(el("td", "nbt-op-side", h[r.side]), el("td", "nbt-op-name", r.operation), el("td", "", r.module || "·"),
+      el("td", "nbt-op-line", `${r.file}:${r.line}`), el("td", "nbt-op-code", r.code), el("td", "nbt-op-status", r.status_words));
+    table.append(row);
+  }
+  box.append(table);
+  if (ops.left_out) box.append(el("div", "nbt-hint", `… ${ops.left_out}`));
+  return box;
+}
+
 /** The verdict's part of the first divergence: reason, where it was seen, evidence, hints, tensors seen. */
 function divergenceBlock(p, v) {
   const words = p.vocabulary.words;
   const out = [el("div", "nbt-d-reason", v.reason)];
+  if (v.operation) out.push(el("div", "nbt-d-operation", v.operation));
+  if (v.operations) out.push(operationsBlock(v.operations));
   if (v.numbers) {
     const seen = el("div", "nbt-d-seen");
     seen.append(el("span", "nbt-d-k", `${words.seen_at} `), pathElement("nbt-d-inline", v.seen_at), el("div", "", v.numbers));

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from .call_words import call_words, difference_column
 from .html import legend_html, tree_html
 from .html_style import CELL, MUTED, RULE, TABLE, badge, muted
+from .operations_html import operations_html
 from .shards import one_rank_hint, reassembly_line
 from .verdict import VerdictWords, verdict_words
 from .vocabulary import DIFFERENCE_MEANINGS, STATUS_WORDS, SUSPECTS_WORDS, UNIT_MEANING, VERDICT_COLOURS
@@ -64,6 +65,7 @@ def _verdict_html(comparison: Comparison, words: VerdictWords) -> str:
     if div.step:
         where += f" · step {div.step}"
     lines = [f"<div>{title} {where}</div>", f"<div>{escape(div.reason)}</div>"]
+    lines.append(operations_html(getattr(comparison.first_divergence, "operation", None)))
     if div.numbers:
         lines.append(f"<div>seen at <code>{escape(div.seen_at or '')}</code>: <code>{escape(div.numbers)}</code></div>")
     if div.evidence:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .operations_words import operation_line
 from .shards import divergence_line
 from .vocabulary import (
     AGREE_ROUNDING_SENTENCE,
@@ -102,11 +103,14 @@ class DivergenceWords:
     hints: list[str] = field(default_factory=list)
     weights: list[str] = field(default_factory=list)  # of the blamed module (the summary lists every one)
     step: int | None = None
+    operation: str | None = None  # the first diverging operation inside it, once narrowed
 
     @property
     def lines(self) -> list[str]:
         """The divergence in the text summary's lines (indented after the headline)."""
         out = [self.headline, f"  {self.reason}"]
+        if self.operation:
+            out.append(f"  {self.operation}")
         if self.numbers:
             out.append(f"  {self.numbers}")
         if self.evidence:
@@ -141,6 +145,7 @@ def divergence_words(div: Any) -> DivergenceWords:
     words.ranks = divergence_line(div) or None
     words.weights = [str(w) for w in getattr(div, "weights", [])]
     words.hints = _divergence_hints(div)
+    words.operation = operation_line(getattr(div, "operation", None))
     return words
 
 

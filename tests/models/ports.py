@@ -44,6 +44,7 @@ BUGS: dict[str, str] = {
     "rope_theta": f"{P}.rotary_emb",  # rotary base 1e4 instead of the config's
     "layer1_transposed_o": f"{P}.layers.1.self_attn.o_proj",  # inside a block that pruning removes
     "rounded_scale": f"{P}.layers.2.self_attn",  # layer 2 scales attention scores by 0.35, not 1/sqrt(8)
+    "gelu_tanh": f"{P}.layers.0.mlp",  # tanh-approximated GELU (against build_original(hidden_act="gelu"))
 }
 
 #: b's module paths -> a's, for ``compare(..., rename=RENAME)``
@@ -63,7 +64,7 @@ RENAME: dict[str, str] = {
 }
 
 
-def build_original(layers: int = LAYERS) -> nn.Module:
+def build_original(layers: int = LAYERS, hidden_act: str = "silu") -> nn.Module:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
@@ -77,6 +78,7 @@ def build_original(layers: int = LAYERS) -> nn.Module:
         max_position_embeddings=64,
         rms_norm_eps=EPS,
         rope_theta=500000.0,
+        hidden_act=hidden_act,
         attn_implementation="eager",
     )
     return LlamaForCausalLM(config).eval()
@@ -142,7 +144,7 @@ class AttentionCore(nn.Module):
             allowed = allowed & mask[:, None, None, :].bool()
         scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
         if "softmax_fp16" in self.bugs:
-            weights = scores.clamp(min=-6e4).half().softmax(-1).float()
+            weights = scores.clamp(min=-6e4).half().softmax(-1).to(scores.dtype)
         else:
             weights = scores.softmax(-1)
         return (weights @ v).transpose(1, 2).flatten(2)
@@ -178,23 +180,27 @@ class Attention(nn.Module):
 
 
 class FeedForward(nn.Module):
-    def __init__(self) -> None:
+    def __init__(self, act: str = "silu", bugs: set[str] | frozenset[str] = frozenset()) -> None:
         super().__init__()
         self.gate_up = nn.Linear(HIDDEN, 2 * INTERMEDIATE, bias=False)
         self.down = nn.Linear(INTERMEDIATE, HIDDEN, bias=False)
+        self.act = act  # "silu", or "gelu" for an original built with hidden_act="gelu"
+        self.approximate = "tanh" if "gelu_tanh" in bugs else "none"
 
     def forward(self, x):
         gate, up = self.gate_up(x).chunk(2, dim=-1)
+        if self.act == "gelu":
+            return self.down(nn.functional.gelu(gate, approximate=self.approximate) * up)
         return self.down(nn.functional.silu(gate) * up)
 
 
 class Block(nn.Module):
-    def __init__(self, eps: float, bugs: set[str]) -> None:
+    def __init__(self, eps: float, bugs: set[str], act: str = "silu") -> None:
         super().__init__()
         self.attn_norm = RMSNorm(HIDDEN, eps)
         self.attn = Attention(bugs)
         self.ffn_norm = RMSNorm(HIDDEN, eps)
-        self.ffn = FeedForward()
+        self.ffn = FeedForward(act, bugs)
         self.resid = nn.Identity()
         self.skip_residual = False
 
@@ -205,7 +211,7 @@ class Block(nn.Module):
 
 
 class TinyLlamaPort(nn.Module):
-    def __init__(self, layers: int = LAYERS, bugs: set[str] | frozenset[str] = frozenset()) -> None:
+    def __init__(self, layers: int = LAYERS, bugs: set[str] | frozenset[str] = frozenset(), act: str = "silu") -> None:
         super().__init__()
         bugs = set(bugs)
         unknown = bugs - set(BUGS)
@@ -214,7 +220,7 @@ class TinyLlamaPort(nn.Module):
         eps = 1e-5 if "eps" in bugs else EPS
         self.tok = nn.Embedding(VOCAB, HIDDEN)
         self.rope = Rope(HIDDEN // HEADS, 10000.0 if "rope_theta" in bugs else 500000.0)
-        self.blocks = nn.ModuleList(Block(eps, bugs) for _ in range(layers))
+        self.blocks = nn.ModuleList(Block(eps, bugs, act) for _ in range(layers))
         self.final_norm = RMSNorm(HIDDEN, 1e-5 if bugs & {"eps", "final_eps"} else EPS)
         self.head = nn.Linear(HIDDEN, VOCAB, bias=False)
         self.bugs = bugs
@@ -230,7 +236,7 @@ class TinyLlamaPort(nn.Module):
     def from_original(cls, original: nn.Module, bugs: set[str] | frozenset[str] = frozenset()) -> TinyLlamaPort:
         """The port with the original's weights (converted, as a porter's script would)."""
         layers = len(original.model.layers)
-        port = cls(layers, bugs).eval()
+        port = cls(layers, bugs, getattr(original.config, "hidden_act", "silu")).eval()
         sd = original.state_dict()
         with torch.no_grad():
             port.tok.weight.copy_(sd["model.embed_tokens.weight"])

@@ -1,0 +1,120 @@
+"""Narrowing the call a comparison blames: its recorded inputs, the live modules, and one side or two.
+
+Both sides live (``reference=`` the original model, the port from ``compare(a, port)`` or ``port=``): each
+module of the blamed call runs on the reference's recorded inputs (the port's arguments rebuilt from its own
+recorded call, each tensor replaced by the reference's tensor the comparison paired with it), and their
+operations are aligned (``narrow.py``). Only the port live: its operations are recorded beside their float64
+twins and its float64 output is held against the reference's recorded output at the call's boundary; which
+operation inside differs cannot be told without the reference's code, and the note says so.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from ..callargs import Unreplayable, rebuild
+from ..noise import UNIT_ROUNDOFF
+from ..replay import find_module
+from .align import align_operations
+from .narrow import PRECISION_FLOOR, PRECISION_K, OperationDiff, narrow_records
+from .record import record_operations, relative_rms
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..comparison import Comparison
+
+
+def _arguments(comparison: Comparison, node: Any, side: int) -> tuple[tuple, dict]:
+    flow_a, flow_b = comparison.flows
+    if side == 0:
+        def substitute(arg, tensor):
+            return _loaded(flow_a.cache.load(tensor), arg)
+    else:
+        match = comparison.match_of(comparison.first_divergence.node)
+        partner = {d.b_arg: d.arg for d in match.diffs if d.io == "input" and d.shape == d.b_shape} if match else {}
+        mine = {arg: t for io, arg, t in comparison.first_divergence.node.tensors() if io == "input"}
+
+        def substitute(arg, tensor):
+            ref = mine.get(partner.get(arg, ""))
+            return _loaded((flow_a if ref is not None else flow_b).cache.load(ref if ref is not None else tensor), arg)
+    return rebuild(node.inputs, substitute)
+
+
+def _loaded(tensor: torch.Tensor | None, arg: str) -> torch.Tensor:
+    if tensor is None:
+        raise Unreplayable(f"argument {arg} has no full tensor in the trace (use_repr=False)")
+    return tensor.clone()
+
+
+def narrow_comparison(comparison: Comparison, reference: nn.Module | None = None,
+                      port: nn.Module | None = None) -> OperationDiff | None:
+    """Narrow the call ``comparison`` blames to its first diverging operation and set
+    ``first_divergence.operation``; None when nothing diverges."""
+    first = comparison.first_divergence
+    if first is None:
+        return None
+    port = port if port is not None else getattr(comparison, "live_port", None)
+    if port is None:
+        raise ValueError("narrow: the port is not live: pass port=<the port module> (or compare(a, port_module))")
+    if first.b_node is None:
+        raise ValueError(f"narrow: {first.module_path} has no counterpart in the port to run")
+    port_module = find_module(port, first.b_node.module_path)
+    if port_module is None:
+        raise ValueError(f"narrow: the port has no module {first.b_node.module_path}")
+    try:
+        p_args, p_kwargs = _arguments(comparison, first.b_node, 1)
+        if reference is not None:
+            ref_module = find_module(reference, first.module_path)
+            if ref_module is None:
+                raise ValueError(f"narrow: the reference has no module {first.module_path}")
+            args, kwargs = _arguments(comparison, first.node, 0)
+    except Unreplayable as exc:
+        raise ValueError(f"narrow: the inputs of {first.module_path} cannot be rebuilt: {exc}") from None
+    if reference is None:
+        result = narrow_port_only(port_module, p_args, p_kwargs, _recorded_outputs(comparison, first.node))
+    else:
+        ref = record_operations(ref_module, args, kwargs)
+        got = record_operations(port_module, p_args, p_kwargs)
+        result = narrow_records(ref, got, align_operations(ref, got, _u(ref.dtype, got.dtype)))
+    result.module_path = first.module_path
+    first.operation = result
+    return result
+
+
+def _u(*dtypes: str) -> float:
+    return max(UNIT_ROUNDOFF.get(d, 0.0) for d in dtypes) or UNIT_ROUNDOFF["float64"]
+
+
+def _recorded_outputs(comparison: Comparison, node: Any) -> list[torch.Tensor]:
+    """What the reference's call returned, as recorded (for a call with children: ``Flow.call_output``)."""
+    flow = comparison.flows[0]
+    loaded = [flow.cache.load(slot.tensor) for slot in flow.call_output(node)]
+    return [t for t in loaded if t is not None and t.is_floating_point()]
+
+
+def narrow_port_only(port: nn.Module, args: tuple, kwargs: dict,
+                     reference_outputs: list[torch.Tensor]) -> OperationDiff:
+    """The port's operations against their own float64 run, and its float64 output against the reference's
+    recorded output at the call's boundary (the candidate of its shape closest to it; ``note`` says how far
+    that narrows it)."""
+    got = record_operations(port, args, kwargs)
+    u = _u(got.dtype)  # the call's dtype: its first floating parameter's
+    last = got.operations[got.outputs[0]] if got.outputs else None
+    same = [t for t in reference_outputs if last is not None and t.shape == last.low.shape]
+    if last is None or last.truth is None or not same:
+        note = "only the port is live and the reference recorded no output of its shape to hold it against"
+        return OperationDiff(None, got, None, None, note=note)
+    difference = min(relative_rms(last.truth, t.to(torch.float64)) for t in same)
+    allowed = PRECISION_K * (last.error or 0.0) + PRECISION_FLOOR * u
+    verdict = "differs" if not difference <= allowed else "agrees"
+    note = (f"only the port is live: its {len(got)} operations ran beside their float64 twins; at the call's "
+            f"boundary its float64 output {verdict} from the reference's recorded output ({difference:.3g} relative "
+            f"where rounding allows {allowed:.3g}); which operation inside differs needs the reference's code: "
+            f"narrow(comparison, reference=<the original model>)")
+    coarser = [op for op in got.operations if op.reaches_output and UNIT_ROUNDOFF.get(op.dtype, 0.0) > u]
+    if coarser:
+        shown = ", ".join(f"{op.name} to {op.dtype} at {op.source.short}" for op in coarser[:3])
+        note += f"; the port rounds to a coarser dtype than the call's: {shown}"
+    return OperationDiff(None, got, None, None, note=note)
