@@ -182,6 +182,11 @@ def gap_label(prefix: str, first: int, last: int) -> str:
 
 
 # -- jumps of scale (the tree's ▲ ▼) -------------------------------------------------------------------
+def read_at_words(inner: str) -> str:
+    """Says that a plotted call's output was read at its last inner call (the format keeps no parent outputs)."""
+    return f"read at its last call, {inner}"
+
+
 JUMP_SMALL_FACTOR = 10.0
 JUMP_BIG_FACTOR = 100.0
 JUMP_LEGEND = (
