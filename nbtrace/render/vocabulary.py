@@ -134,8 +134,9 @@ def format_units(value: float | None, missing: str = "-") -> str:
 
 
 def format_score(value: float | None, missing: str = "-") -> str:
-    """A test's score (its statistic over its threshold): ``73.7×``."""
-    return missing if value is None else f"{format_number(value)}×"
+    """A test's score (its statistic over its threshold): ``73.7×``. A statistic below zero (less than
+    rounding predicts) is no evidence at all and reads ``0×``: a score is never negative."""
+    return missing if value is None else f"{format_number(max(value, 0.0))}×"
 
 
 def difference_level(value: float | None, units: bool) -> int:
