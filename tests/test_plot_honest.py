@@ -60,3 +60,58 @@ def test_a_layer_block_is_still_read_at_the_next_blocks_input(gpt2):
     trace, _ = gpt2
     table = stats_table(trace, where=r"h\.\d+$")
     assert table["recorded_at"].tolist()[:1] == ["GPT2LMHeadModel.transformer.h.1"]
+
+
+@pytest.fixture(scope="module")
+def port_scale(tmp_path_factory):
+    """transformers' Llama and a port whose layer 2 scales attention wrongly, full tensors."""
+    from tests.models.ports import trace_original, trace_port
+
+    root = tmp_path_factory.mktemp("ports")
+    return (trace_original(root / "a", use_repr=False, prune=False),
+            trace_port(root / "b", ["rounded_scale"], use_repr=False, prune=False))
+
+
+def test_a_comparisons_companion_line_says_what_it_draws_and_covers_nothing(port_scale):
+    import matplotlib.pyplot as plt
+
+    a, b = port_scale
+    fig, ax = plt.subplots()
+    nbtrace.plot_stats(a, ax=ax, compare=b)
+    fig.canvas.draw()
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "exactly 0 (drawn at the bottom)" in labels  # a hollow marker at the bottom is not a 0.4 % difference
+    assert nbtrace.compare(a, b).method != "tolerance"
+    texts = [t.get_text() for axes in fig.axes for t in axes.texts]
+    assert not [t for t in texts if "tolerance" in t]  # the verdict used none: no tolerance line
+    legend = ax.get_legend().get_window_extent()
+    assert not legend.overlaps(ax.get_window_extent())  # outside the plotting area: it covers no data
+    plt.close(fig)
+
+
+def test_plot_divergence_draws_own_only_where_it_is_more_than_inherited(port_scale):
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from nbtrace.render.divergence_data import divergence_table, plan_divergence
+
+    c = nbtrace.compare(*port_scale)
+    table = divergence_table(c)
+    plan = plan_divergence(c)
+    own = np.array(plan.series[0].y, dtype=float)
+    passing_on = ((table["inherited"] > 0) & (table["own"] <= table["inherited"])).to_numpy()
+    assert passing_on.sum() >= 5 and np.isnan(own[passing_on]).all()  # downstream calls: no zig-zag of "own"
+    born = table.index[table["born"]][0]
+    assert own[born] == pytest.approx(table["own"][born])  # the born call's own difference is drawn
+    assert all(np.isfinite(y) for _, y, _, _ in plan.points)  # every call keeps its status marker
+
+    fig, ax = plt.subplots(figsize=(10, 4))
+    nbtrace.plot_divergence(c, ax=ax)
+    fig.canvas.draw()
+    (label,) = [t for t in ax.texts if t.get_text().startswith("first divergence")]
+    box = label.get_window_extent()
+    drawn = np.vstack([ax.transData.transform(line.get_xydata()) for line in ax.get_lines() if len(line.get_xdata())
+                       and line.get_linestyle() != "None" and len(line.get_xydata()) > 2])
+    inside = (drawn[:, 0] >= box.x0) & (drawn[:, 0] <= box.x1) & (drawn[:, 1] >= box.y0) & (drawn[:, 1] <= box.y1)
+    assert not inside.any()  # the label sits above the data, not across the inherited line
+    plt.close(fig)

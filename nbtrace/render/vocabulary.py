@@ -183,6 +183,10 @@ def gap_label(prefix: str, first: int, last: int) -> str:
 
 
 # -- jumps of scale (the tree's ▲ ▼) -------------------------------------------------------------------
+#: where plot_divergence draws a call's own difference (below it, own is not told apart from what it passes on)
+OWN_SHOWN = "where more than inherited"
+
+
 def read_at_words(inner: str) -> str:
     """Says that a plotted call's output was read at its last inner call (the format keeps no parent outputs)."""
     return f"read at its last call, {inner}"
