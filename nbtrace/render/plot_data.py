@@ -153,8 +153,7 @@ def _own_output(node: Node) -> tuple[Node, str, TensorValue] | None:
 
 
 def read_inside(table: pandas.DataFrame) -> str | None:
-    """The call inside each plotted call whose output a series was read from (relative, numbers masked,
-    ``c_proj``), when every point of ``table`` was read there; else None."""
+    """The inner call (relative, numbers masked: ``c_proj``) every point of ``table`` was read at, or None."""
     if table.empty:
         return None
     inner = {
