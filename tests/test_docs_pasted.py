@@ -14,14 +14,14 @@ from tests.docs_harness.pasted import unbound_names
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = sorted((ROOT / "docs").glob("**/*.md")) + [ROOT / "README.md"]
-#: pages whose blocks still read the reader's own objects (``model``, ``inputs``) or a preamble's: to be fixed
-NOT_YET = {"index.md", "magic.md", "widget.md"}
+#: a page whose blocks still read names only its preambles define: to be fixed
+NOT_YET = {"widget.md"}
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
 def test_every_name_a_block_reads_is_defined_by_a_block_shown_above_it(page):
     if page.name in NOT_YET:
-        pytest.skip("its blocks still use names the reader brings (issue 20 leaves these pages for later)")
+        pytest.skip("its blocks still read names only its preambles define (issue 20 leaves it for later)")
     assert unbound_names(parse_page(page)) == []
 
 

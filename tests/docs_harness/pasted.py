@@ -11,7 +11,8 @@ import builtins
 
 from .pages import Page
 
-_KNOWN = set(dir(builtins)) | {"display", "get_ipython", "__file__"}
+#: names every IPython cell has, and ``_trace``, which a %%modeltrace cell above stores
+_KNOWN = set(dir(builtins)) | {"display", "get_ipython", "__file__", "_trace"}
 
 
 def _defined(tree: ast.AST) -> set[str]:
