@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -131,13 +132,18 @@ def read_rename(path: str | os.PathLike) -> dict[str, str]:
     return rules
 
 
+def terminal_width() -> int:
+    """The terminal's columns (``COLUMNS`` first), 100 when stdout is not a terminal; at least 40."""
+    return max(40, shutil.get_terminal_size((100, 24)).columns)
+
+
 def _diff(args: argparse.Namespace) -> int:
     from .core.forwards import forward_sources
     from .diff.ranked import BothRanked
     from .diff.step_compare import compare
     from .diff.steps import StepsComparison
     from .render.steps_text import format_steps_table
-    from .render.text import format_comparison_table
+    from .render.text import cut_lines, format_comparison_table, wrap_lines
 
     rename = read_rename(args.rename) if args.rename else None
     for path in (args.a, args.b):
@@ -160,17 +166,18 @@ def _diff(args: argparse.Namespace) -> int:
     except ValueError as exc:  # traces that cannot be compared as given (two tensor-parallel runs, for one)
         hint = " (nbtrace diff A B --rank R compares one rank of each)" if isinstance(exc, BothRanked) else ""
         raise InputError("diff", f"{exc}{hint}") from None
-    say(comparison.summary())
+    width = terminal_width()
+    say(wrap_lines(comparison.summary(), width))
     say()
     if isinstance(comparison, StepsComparison):  # folders of several forwards (generate): every step
-        say(format_steps_table(comparison, rows=args.rows))
+        say(cut_lines(format_steps_table(comparison, rows=args.rows), width))
         step = comparison.first_step
         if step is not None and comparison.steps[step].kind != "cache":
             say()
             say(f"step {step}:")
-            say(format_comparison_table(comparison.comparison(step), rows=args.rows))
+            say(format_comparison_table(comparison.comparison(step), rows=args.rows, width=width))
     else:
-        say(format_comparison_table(comparison, rows=args.rows))
+        say(format_comparison_table(comparison, rows=args.rows, width=width))
     return 0 if comparison.agree else 1
 
 

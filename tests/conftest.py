@@ -32,6 +32,6 @@ def checkout_stays_clean():
     left = leftovers(before, after)
     if left:
         pytest.fail(
-            f"the tests left {len(left)} file(s) in the checkout {CHECKOUT} (tests write only into tmp_path): "
+            f"the tests left {len(left)} file(s) in the checkout {CHECKOUT} (tests write only into tmp_path; or files made there while the suite ran): "
             + ", ".join(left[:10]), pytrace=False,
         )

@@ -201,3 +201,15 @@ def test_in_a_real_kernel_the_error_output_matches_a_plain_cell(tmp_path):
 
     assert frames(traced.traceback) == frames(plain.traceback)
     assert "PARTIAL Boom ['Boom']" in nb.cells[3].outputs[0].text
+
+
+@pytest.mark.parametrize("explicit", [True, False], ids=["named-model", "first-call"])
+def test_a_folder_that_cannot_hold_the_traces_is_one_line_not_a_traceback(shell, tmp_path, explicit):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    folder = blocker / "traces"  # mkdir fails on every system (root included): its parent is a file
+    result, io = run(shell, f"%%modeltrace {'model ' if explicit else ''}-o {folder}\nmodel(**inputs)")
+    assert not result.success and shell.user_ns["_trace"] is None
+    shown = ANSI.sub("", io.stdout + io.stderr).strip()
+    assert shown.splitlines() == [f"UsageError: %%modeltrace: -o '{folder}' cannot be used as a folder: Not a directory"]
+    assert_nothing_left_behind(shell.user_ns["model"])

@@ -81,10 +81,11 @@ def test_own_and_inherited_are_drawn_where_measured(porter, ax):
     assert table[table.born].module_path.tolist() == [BUGS["rounded_scale"]]
     assert table["own"].notna().any()
     plan = plan_divergence(c)
-    assert plan.kind == "units" and [s.label for s in plan.series] == ["own (u)", "inherited (u)"]
+    own_label = "own (u), where more than inherited"  # below it, own is cancellation noise (issue 20)
+    assert plan.kind == "units" and [s.label for s in plan.series] == [own_label, "inherited (u)"]
     assert plan.tolerance == [] and "unit roundoff" in plan.ylabel
     nbtrace.plot_divergence(c, ax=ax)
-    assert [line.get_label() for line in ax.get_lines()[:2]] == ["own (u)", "inherited (u)"]
+    assert [line.get_label() for line in ax.get_lines()[:2]] == [own_label, "inherited (u)"]
     own = plan.series[0].y[plan.born[0]]
     assert own == pytest.approx(next(m for m in c.matches if m.a is c.first_divergence.node).difference.own)
 
@@ -110,14 +111,15 @@ def test_plot_stats_with_compare_shows_the_difference_the_overlay_hides(porter, 
     plan = plan_plot(a, compare=b)
     line = plan.difference
     by_layer = dict(zip(line.x, line.y))
-    assert by_layer[2] > line.tolerance > by_layer[1]  # beyond tolerance at layer 2's output only
+    # the verdict measured rounding, it used no tolerance: none is drawn; layer 2's output differs most
+    assert line.tolerance is None and line.zero == [True, True, False] and by_layer[2] > by_layer[1]
     nbtrace.plot_stats(a, compare=b, ax=ax)
     twin = [other for other in ax.figure.axes if other is not ax]
     assert len(twin) == 1 and twin[0].get_yscale() == "log"
     assert list(twin[0].get_lines()[0].get_ydata()) == line.y
     assert "plot_divergence" in ax.get_xlabel()
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert labels[-1] == "largest relative difference of b (right axis)"
+    assert "largest relative difference of b (right axis)" in labels
 
 
 def test_plot_stats_without_compare_draws_no_companion(porter, ax):

@@ -63,6 +63,21 @@ def step_sources(side: Any, name: str) -> Sequence[Any]:
     raise TypeError(f"{name} must be {_ACCEPTS}; got {type(side).__name__}")
 
 
+def check_side(side: Any, name: str, also: str = "") -> None:
+    """TypeError naming ``name`` and what it accepts when ``side`` cannot be a side of a comparison."""
+    if isinstance(side, (Trace, str, os.PathLike, list, tuple)) or holds_several(side):
+        return
+    raise TypeError(f"compare: {name} is {_kind(side)}; it accepts {_ACCEPTS}{also}")
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "None"
+    shape = getattr(value, "shape", None)
+    shown = f" of shape {tuple(shape)}" if shape is not None else f" ({value!r})" if isinstance(value, (int, float)) else ""
+    return f"a {type(value).__name__}{shown}"
+
+
 def _load(source: Any) -> Trace:
     return source if isinstance(source, Trace) else load_trace(source)
 
@@ -98,6 +113,9 @@ def compare(
     the arguments as recorded) say how the recorded inputs map onto the port's ``forward``.
     """
     options.update(rename=rename, rtol=rtol, atol=atol, ignore=ignore)
+    check_side(a, "a")
+    if not isinstance(b, nn.Module):
+        check_side(b, "b", " or the live port (an nn.Module)")
     if isinstance(b, nn.Module):
         if holds_several(a):
             raise ValueError("a live port can be compared with one forward of the reference; for several "

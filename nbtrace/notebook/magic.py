@@ -46,9 +46,16 @@ class _Capture:
 
     def start(self, model: Any) -> None:
         from ..capture.context import trace
+        from ..capture.write import prepare_debug_dir
 
         folder = self.folder if self.folder is not None else default_folder(model)
         self.model = model
+        try:  # one line for a folder that cannot hold the traces, not a traceback through the capture
+            prepare_debug_dir(folder)
+        except ValueError as exc:
+            option = "-o" if self.folder is not None else "the default folder"
+            problem = str(exc).replace(f"debug_path={str(folder)!r} ", "")
+            raise UsageError(f"%%modeltrace: {option} {str(folder)!r} {problem}") from None
         self.recorder = self._stack.enter_context(trace(model, folder, self.prune, self.use_repr))
 
     def close(self) -> None:

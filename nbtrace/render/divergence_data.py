@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..core.paths import without_root
 from .table import Columns
-from .vocabulary import DIFFERENCE_WORDS, PALETTE, STATUS_WORDS, UNIT, format_number, format_score
+from .vocabulary import DIFFERENCE_WORDS, OWN_SHOWN, PALETTE, STATUS_WORDS, UNIT, format_number, format_score
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas
@@ -122,20 +122,26 @@ def plan_divergence(comparison: Any, *, step: int | None = None, title: str | No
     table = divergence_table(comparison, step=step)
     units = bool(table["own"].notna().any())
     x = table["x"].tolist()
-    values = table["own"] if units else table["score"]
+    values = (table["own"] if units else table["score"]).tolist()
     positive = [v for column in ("own", "inherited", "score") for v in table[column].tolist() if v == v and v > 0]
     floor = min(positive) / 10 if positive else (0.1 if units else 1e-12)
     if units:  # in units of the dtype's rounding, nothing below a thousandth of it is worth a decade of axis
         floor = max(floor, 1e-3)
     nan = float("nan")
     lift = lambda v: nan if v != v else floor if v <= 0 else v  # noqa: E731 - zeros on the floor; unmeasured: a gap
-    series = [Series(f"{DIFFERENCE_WORDS['own']} ({UNIT})" if units else DIFFERENCE_WORDS["relative"], x,
-                     [lift(v) for v in values], "0.35", "-", "")]
+    inherited = table["inherited"].tolist()
+    if units:  # own where it exceeds what the call inherited; below that, √(out² − inherited²) of a call that
+        # passes on (and rescales) a large difference is cancellation noise: it zig-zagged between 0 and 1e5 u
+        values = [v if v != v or not (h == h and h > 0) or v > h else nan for v, h in zip(values, inherited)]
+    series = [Series(f"{DIFFERENCE_WORDS['own']} ({UNIT}), {OWN_SHOWN}" if units else DIFFERENCE_WORDS["relative"],
+                     x, [lift(v) for v in values], "0.35", "-", "")]
     if units:
         series.append(Series(f"{DIFFERENCE_WORDS['inherited']} ({UNIT})", x,
-                             [lift(v) for v in table["inherited"]], "0.6", ":", ""))
-    points = [(k, lift(v), PALETTE.get(s, PALETTE["only_a"])[0], v <= 0)
-              for k, v, s in zip(x, values, table["status"]) if v == v]
+                             [lift(v) for v in inherited], "0.6", ":", ""))
+    # each call's status marker on the line that says most about it: own where drawn, else what it inherited
+    points = [(k, lift(v if v == v else h), PALETTE.get(s, PALETTE["only_a"])[0], (v if v == v else h) <= 0)
+              for k, v, h, s in zip(x, values, inherited if units else values, table["status"])
+              if v == v or h == h]
     tolerance = []
     if not units:
         for value in sorted({t for t in table["tolerance"].tolist() if t == t and t > 0}):

@@ -49,11 +49,17 @@ def plot_divergence(comparison: Any, *, ax: Axes | None = None, step: int | None
         colour = PALETTE["first"][0]
         ax.axvline(x, color=colour, linewidth=1, alpha=0.6, zorder=1)
         ax.scatter([x], [y], s=110, facecolors="none", edgecolors=colour, linewidths=1.8, zorder=4, label=words)
-        ax.annotate(words, (x, y), xytext=(8, -16), textcoords="offset points", va="top", color=colour,
-                    fontsize="small", fontweight="bold", arrowprops={"arrowstyle": "-", "color": colour, "linewidth": 0.8})
+        right = x > (plan.points[-1][0] if plan.points else x) / 2  # the label on the side with more room
+        ax.annotate(words, (x, y), xytext=(x, 0.97), textcoords=("data", "axes fraction"),
+                    ha="right" if right else "left", va="top", color=colour, fontsize="small", fontweight="bold",
+                    zorder=6, bbox={"boxstyle": "round,pad=0.25", "facecolor": "white", "edgecolor": "none", "alpha": 0.9},
+                    arrowprops={"arrowstyle": "-", "color": colour, "linewidth": 0.8})
     if not plan.points:
         ax.text(0.5, 0.5, "nothing was compared", ha="center", va="center", transform=ax.transAxes)
     ax.set_yscale("log")
+    if plan.born is not None:  # headroom: the born call's label sits above every line, not across one
+        low, high = ax.get_ylim()
+        ax.set_ylim(low, high * 1e2)
     ax.set_title(plan.title)
     ax.set_xlabel(plan.xlabel)
     ax.set_ylabel(plan.ylabel)

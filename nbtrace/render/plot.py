@@ -62,13 +62,27 @@ def plot_stats(
     handles, labels = ax.get_legend_handles_labels()
     if plan.difference is not None:
         extra = _draw_difference(ax, plan)
-        handles, labels = handles + [extra], labels + [extra.get_label()]
-    if len(plan.lines) > 1 or handles:
-        ax.legend(handles, labels, loc="upper left" if plan.difference is not None else "best", fontsize="small")
+        handles, labels = handles + extra, labels + [e.get_label() for e in extra]
+        _legend_below(ax, handles, labels)  # "best" sees only ax's lines, not the right axis': it covered them
+    elif len(plan.lines) > 1 or handles:
+        ax.legend(handles, labels, loc="best", fontsize="small")
     return ax
 
 
-def _draw_difference(ax: Axes, plan: PlotPlan):
+def _legend_below(ax: Axes, handles: list, labels: list[str]) -> None:
+    """The legend under the x axis' words, outside the plotting area, so it covers no data."""
+    below = -0.3
+    try:
+        renderer = ax.figure.canvas.get_renderer()
+        bottom = ax.xaxis.get_tightbbox(renderer).y0
+        below = float(ax.transAxes.inverted().transform((0.0, bottom))[1]) - 0.02
+    except (AttributeError, TypeError, ValueError):  # a canvas without a renderer: a fixed place
+        pass
+    ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, below), ncol=2, fontsize="small",
+              frameon=False)
+
+
+def _draw_difference(ax: Axes, plan: PlotPlan) -> list:
     """The companion line of a comparison: b's stats against a's, on a log axis of its own (right), so two
     curves that look the same cannot hide a difference; and where to look next."""
     line = plan.difference
@@ -77,8 +91,10 @@ def _draw_difference(ax: Axes, plan: PlotPlan):
     (drawn,) = twin.plot(line.x, line.y, color="0.25", linestyle="--", marker="x", markersize=5, linewidth=1,
                          label=line.label)
     zeros = [(x, y) for x, y, zero in zip(line.x, line.y, line.zero) if zero]
+    drawn_all = [drawn]
     if zeros:
-        twin.scatter(*zip(*zeros), s=22, facecolors="none", edgecolors="0.25", zorder=3)
+        drawn_all.append(twin.scatter(*zip(*zeros), s=22, facecolors="none", edgecolors="0.25", zorder=3,
+                                      label=line.zero_label))
     if line.tolerance:
         twin.axhline(line.tolerance, color="0.45", linestyle=":", linewidth=1)
         twin.annotate(f"tolerance {line.tolerance:g}", (1, line.tolerance), xycoords=("axes fraction", "data"),
@@ -87,7 +103,7 @@ def _draw_difference(ax: Axes, plan: PlotPlan):
     twin.set_yscale("log")
     twin.set_ylabel(line.ylabel, fontsize="small")
     ax.set_xlabel(f"{ax.get_xlabel()}\n{line.hint}")
-    return drawn
+    return drawn_all
 
 
 def _current_axes() -> Axes:

@@ -16,7 +16,7 @@ from ..core.tensor import TensorValue
 from ..core.trace import Trace
 from .stats_difference import DifferenceLine, difference_line
 from .table import Columns
-from .vocabulary import gap_label
+from .vocabulary import gap_label, read_at_words
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas
@@ -60,6 +60,8 @@ def stats_table(trace: Trace | str | os.PathLike, *, where: str | None = None, i
     regular expression searched in module paths): every matching call's output
     (or first input with ``io="input"``), one series per path pattern (digits as
     ``N``), ``x`` the layer number when it tells the calls apart, else their order.
+    A matching call with children (not a layer block) is read at its last inner
+    call's output (``recorded_at`` says which; the plot's words too).
 
     Columns: ``series``, ``x`` (float), ``label`` (tick text), ``module_path``,
     ``call_index``, ``layer`` (nullable Int64), ``recorded_at`` (the call whose
@@ -112,7 +114,7 @@ def _matching_points(trace: Trace, where: str, io: str) -> list[Point]:
     points = []
     for node in trace.nodes():
         if regex.search(node.module_path):
-            found = _tensor_of(node, io)
+            found = _tensor_of(node, io) if io == "input" or node.is_layer_block else _own_output(node)
             if found is not None:
                 points.append(Point(without_root(pattern(node.module_path)), node, *found))
     return points
@@ -137,6 +139,28 @@ def _positions(points: list[Point]) -> tuple[list[float], list[str]]:
                 xs[i] = float(order)
                 labels[i] = without_root(node.module_path) + (f" #{node.call_index + 1}" if node.call_index else "")
     return xs, labels
+
+
+def _own_output(node: Node) -> tuple[Node, str, TensorValue] | None:
+    """A call's output where the format keeps one; for a call with children (the format drops their outputs)
+    the output of its last call: what it returns unless its own code works on it after that call. Never the
+    next call's input, which is its output only between layer blocks (a residual add may sit between)."""
+    for holder in (node, node.last_leaf()):
+        for kind, arg, tensor in holder.tensors():
+            if kind == "output" and tensor.mean is not None:
+                return holder, arg, tensor
+    return None
+
+
+def read_inside(table: pandas.DataFrame) -> str | None:
+    """The inner call (relative, numbers masked: ``c_proj``) every point of ``table`` was read at, or None."""
+    if table.empty:
+        return None
+    inner = {
+        pattern(at[len(path) + 1:]) if at.startswith(path + ".") else None
+        for path, at in zip(table["module_path"], table["recorded_at"])
+    }
+    return inner.pop() if len(inner) == 1 and None not in inner else None
 
 
 def _tensor_of(node: Node, io: str) -> tuple[Node, str, TensorValue] | None:
@@ -289,6 +313,8 @@ def _lines(tables: list[pandas.DataFrame], names: list[str], stat: str, minmax: 
             part = part.sort_values("x")
             x = part["x"].tolist()
             text = f"{name}: {series}" if table["series"].nunique() > 1 else name
+            inner = read_inside(part)
+            text += f" ({read_at_words(inner)})" if inner is not None else ""
             colour = f"C{series_names.index(series) % 10}" if several else f"C{number}"
             contiguous = not part["layer"].isna().any()
             lines.append(Line(
@@ -365,7 +391,8 @@ def _title(trace: Trace, table: pandas.DataFrame, stat: str, where: str | None, 
     else:
         series = table["series"].unique().tolist() if not table.empty else []
         subject = series[0] if len(series) == 1 else f"calls matching {where}"
-        title = f"{trace.model_name}: {what} of {subject} ({io}s)"
+        inner = read_inside(table) if io == "output" else None
+        title = f"{trace.model_name}: {what} of {subject} ({io}s" + (f", {read_at_words(inner)})" if inner else ")")
     if len(title) > 60:  # a long module pattern: two lines rather than a clipped title
         head, _, tail = title.partition(": ")
         title = f"{head}:\n{tail}" if tail else title

@@ -18,6 +18,7 @@ from ..core.trace import Trace
 if TYPE_CHECKING:  # pragma: no cover
     import pandas
 
+ZERO_WORDS = "exactly 0 (drawn at the bottom)"
 HINT = "where b starts to differ: nbtrace.plot_divergence(nbtrace.compare(a, b))"
 
 
@@ -27,8 +28,9 @@ class DifferenceLine(NamedTuple):
     x: list[float]
     y: list[float]
     zero: list[bool]
-    tolerance: float | None
+    tolerance: float | None  # only where the comparison judged each tensor by it (``method == "tolerance"``)
     label: str
+    zero_label: str  # the legend entry of the hollow markers: exact zeros, drawn at the bottom
     ylabel: str
     hint: str
 
@@ -52,13 +54,15 @@ def difference_line(a: Trace, b: Trace, table: pandas.DataFrame) -> DifferenceLi
     ys = [found[x][0] for x in xs]
     positive = [y for y in ys if y > 0]
     floor = min(positive) / 10 if positive else 1e-12
-    tolerances = [found[x][1] for x in xs if found[x][1]]
+    by_tolerance = getattr(comparison, "method", "tolerance") == "tolerance"
+    tolerances = [found[x][1] for x in xs if found[x][1]] if by_tolerance else []
     return DifferenceLine(
         x=xs,
         y=[y if y > 0 else floor for y in ys],
         zero=[y <= 0 for y in ys],
         tolerance=max(tolerances) if tolerances else None,
         label="largest relative difference of b (right axis)",
+        zero_label=ZERO_WORDS,
         ylabel="b vs a: largest relative difference",
         hint=HINT,
     )
@@ -70,7 +74,12 @@ def _diff_of(comparison: Any, a: Trace, row: Any):
     node = a.get(row.module_path, row.call_index)
     if node is None:
         return None
-    recorded = node if row.recorded_at == row.module_path else node.next_sibling()
+    if row.recorded_at == row.module_path:
+        recorded = node
+    elif row.recorded_at.startswith(row.module_path + "."):  # a parent read at its last inner call
+        recorded = node.last_leaf()
+    else:  # a layer block read at the next call's input
+        recorded = node.next_sibling()
     match = comparison.match_of(recorded) if recorded is not None else None
     if match is None:
         return None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..core.node import Node
 from ..core.trace import Trace
@@ -81,13 +81,15 @@ def _render(
             _render(item, child_prefix, is_last, False, max_depth, keep, lines)
 
 
-def format_comparison_table(comparison: Comparison, rows: int = 30) -> str:
+def format_comparison_table(comparison: Comparison, rows: int = 30, width: int | None = None) -> str:
     """A compact table of a's calls for ``nbtrace diff``: status, a's call, b's call, basis, difference.
 
     The difference is the call's own and inherited difference where the verdict measured them
     (``Match.difference``), else the largest relative difference on its own tensors (the column
     of every tree view: ``call_words.difference_column``). At most ``rows`` rows, starting a few
-    calls before the first divergence.
+    calls before the first divergence. A call with children whose "inherited" difference one of its
+    own calls made shows no own/inherited split ("-"): that call's row shows where it was made. ``width``: no line is longer (names are shortened
+    first, then lines cut with "…").
     """
     report = comparison.node_report()
     nodes = comparison.a.nodes()
@@ -122,14 +124,21 @@ def format_comparison_table(comparison: Comparison, rows: int = 30) -> str:
             b_name = b_name.split(".", 1)[1]
         mark = STATUS_MARKS.get(row["status"], row["status"])
         found = column.cells[i] if column is not None else None
-        difference = [found.text if found else "-"]
+        split = not (units and match is not None and _made_inside(comparison, node, match))
+        difference = [found.text if found and split else "-"]
         if units:
-            difference.append(format_units(match.difference.inherited) if found and match else "-")
+            difference.append(format_units(match.difference.inherited) if found and match and split else "-")
         table.append([mark, name, b_name, basis, *difference, layouts])
     count = len(table[0])
     widths = [max(len(r[k]) for r in table) for k in range(count)]
     widths[1] = min(widths[1], 60)
     widths[2] = min(widths[2], 50)
+    if width is not None:  # shorten the two names (to 12 at least) before anything is cut
+        excess = sum(widths) + 2 * (count - 1) - width
+        for k in (2, 1):
+            cut = max(0, min(excess, widths[k] - 12))
+            widths[k] -= cut
+            excess -= cut
     lines = []
     for r in table:
         cells = [r[0].ljust(widths[0]), _clip(r[1], widths[1]).ljust(widths[1]), _clip(r[2], widths[2]).ljust(widths[2])]
@@ -144,7 +153,41 @@ def format_comparison_table(comparison: Comparison, rows: int = 30) -> str:
         names = ", ".join(n.module_path.split(".", 1)[-1] for n in comparison.unmatched_b[:5])
         more = "…" if len(comparison.unmatched_b) > 5 else ""
         lines.append(f"only in b ({len(comparison.unmatched_b)}): {names}{more}")
-    return "\n".join(lines)
+    return "\n".join(lines) if width is None else cut_lines("\n".join(lines), width)
+
+
+def _made_inside(comparison: Comparison, node: Node, match: Any) -> bool:
+    """True when a call with children "inherited" a difference that one of its own calls made (one of
+    them adds at least half of it): the parent's split would show the child's difference as if handed in."""
+    inherited = match.difference.inherited if match.difference is not None else None
+    if not node.children or not inherited or comparison.first_divergence and comparison.first_divergence.node is node:
+        return False
+    stack = list(node.children)
+    while stack:
+        inner = stack.pop()
+        stack.extend(inner.children)
+        found = comparison.match_of(inner)
+        own = found.difference.own if found is not None and found.difference is not None else None
+        if own is not None and own >= inherited / 2:
+            return True
+    return False
+
+
+def cut_lines(text: str, width: int) -> str:
+    """Every line of ``text`` at most ``width`` characters, a longer one cut with "…" (table rows)."""
+    return "\n".join(line if len(line) <= width else line[: width - 1] + "…" for line in text.splitlines())
+
+
+def wrap_lines(text: str, width: int) -> str:
+    """Every line of ``text`` wrapped to ``width`` characters, continuation lines indented two more (prose)."""
+    import textwrap
+
+    wrapped = []
+    for line in text.splitlines():
+        indent = " " * (len(line) - len(line.lstrip(" ")))
+        wrapped.extend(textwrap.wrap(line, width, subsequent_indent=indent + "  ", break_on_hyphens=False,
+                                     break_long_words=True) or [""])
+    return "\n".join(wrapped)
 
 
 def _clip(text: str, width: int) -> str:

@@ -134,8 +134,9 @@ def format_units(value: float | None, missing: str = "-") -> str:
 
 
 def format_score(value: float | None, missing: str = "-") -> str:
-    """A test's score (its statistic over its threshold): ``73.7×``."""
-    return missing if value is None else f"{format_number(value)}×"
+    """A test's score (its statistic over its threshold): ``73.7×``. A statistic below zero (less than
+    rounding predicts) is no evidence at all and reads ``0×``: a score is never negative."""
+    return missing if value is None else f"{format_number(max(value, 0.0))}×"
 
 
 def difference_level(value: float | None, units: bool) -> int:
@@ -182,6 +183,15 @@ def gap_label(prefix: str, first: int, last: int) -> str:
 
 
 # -- jumps of scale (the tree's ▲ ▼) -------------------------------------------------------------------
+#: where plot_divergence draws a call's own difference (below it, own is not told apart from what it passes on)
+OWN_SHOWN = "where more than inherited"
+
+
+def read_at_words(inner: str) -> str:
+    """Says that a plotted call's output was read at its last inner call (the format keeps no parent outputs)."""
+    return f"read at its last call, {inner}"
+
+
 JUMP_SMALL_FACTOR = 10.0
 JUMP_BIG_FACTOR = 100.0
 JUMP_LEGEND = (

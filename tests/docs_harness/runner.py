@@ -117,6 +117,7 @@ def run_shell(code: str, statuses: list[int] | None) -> dict:
     commands = shell_commands(code)
     expected = statuses or [0] * len(commands)
     env = {**os.environ, "NBTRACE_DOCS_PYTHON": sys.executable}
+    env.pop("COLUMNS", None)  # piped, nbtrace's output is 100 columns wide, as the pages show it
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     with tempfile.TemporaryDirectory() as scratch:
         record = Path(scratch) / "statuses"

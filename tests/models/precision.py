@@ -28,9 +28,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pytest
 import torch
 from torch import nn
+
+try:  # the suite's fixture below; a reader following docs/compare.md imports this module without pytest
+    import pytest
+except ImportError:  # pragma: no cover
+    pytest = None
 
 ROOT = "LlamaForCausalLM"
 P = f"{ROOT}.model"
@@ -300,7 +304,6 @@ def trace_case(case: Case, dtype: str, folder: Path, padded: bool = True, refere
     return reference[0], port, reference[1], trace_model(port, folder / case.name, inputs)
 
 
-@pytest.fixture(scope="module", autouse=True)
 def one_thread():
     """For a test module: torch on one thread (tiny tensors; threads only contend on a shared machine, where they
     make these tests many times slower), restored afterwards."""
@@ -308,3 +311,7 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+if pytest is not None:  # a fixture for the test modules that import it (autouse there)
+    one_thread = pytest.fixture(scope="module", autouse=True)(one_thread)
