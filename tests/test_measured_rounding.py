@@ -227,3 +227,18 @@ def test_pruned_layers_keep_the_numbers_of_the_calls_written(tmp_path):
     assert leaves and all(n.measured for n in leaves)
     assert "LlamaForCausalLM.model.layers.2.mlp.up_proj" not in t.sidecar["rounding"]["calls"]  # pruned
     assert all(isinstance(m, Measured) and not math.isnan(m.own) for n in leaves for m in n.measured.values())
+
+
+def test_the_numerics_read_in_a_few_words(tmp_path):
+    from nbtrace.render.numerics_words import numerics_words
+
+    plain = traced(mlp(), inputs(), tmp_path / "plain").trace
+    words = numerics_words(plain)
+    assert words[0].startswith("float32 matmuls: full precision") and "device: cpu" in words
+    assert any(w.startswith("sdpa: ") for w in words) and "autocast: off" in words
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        auto = traced(mlp(), inputs(), tmp_path / "autocast", measure_rounding="leaves").trace
+    assert "autocast: cpu bfloat16" in numerics_words(auto)
+    assert numerics_words(auto)[-1] == "rounding measured as recorded: leaf calls"
+    (tmp_path / "plain" / f"Sequential{SIDECAR}").unlink()
+    assert numerics_words(nbtrace.load_trace(tmp_path / "plain")) == []
