@@ -50,7 +50,7 @@ def check_mode(measure_rounding: Any) -> str | None:
     raise ValueError(f"measure_rounding must be False, True or 'leaves', got {measure_rounding!r}")
 
 
-class Tensor:
+class Pending:
     """What is measured of one recorded output tensor: slots of numbers still on their way, and reasons."""
 
     __slots__ = ("acc", "own", "reasons")
@@ -81,15 +81,15 @@ class Measures:
         self.meter = meter
         self.run = run
         self.batch: HostBatch = run.serialize.batch
-        #: id of a call's JSON node (ROOT for the root) -> place -> Tensor
+        #: id of a call's JSON node (ROOT for the root) -> place -> Pending
         self.calls: dict[int, dict[str, Tensor]] = {}
         #: call name while recording -> (node id, [(place, output, version)]) for the float64 forward (acc)
         self.kept: dict[str, tuple[int, list[tuple[str, torch.Tensor, int | None]]]] = {}
         self.top_inputs: tuple[tuple, dict] | None = None
         self.top_problem: str | None = None
 
-    def tensor(self, node: int, place: str) -> Tensor:
-        return self.calls.setdefault(node, {}).setdefault(place, Tensor())
+    def tensor(self, node: int, place: str) -> Pending:
+        return self.calls.setdefault(node, {}).setdefault(place, Pending())
 
     def own(self, node: int, module: nn.Module, out: Any, inputs: tuple[tuple, dict] | None, problem: str | None,
             key: str) -> None:
