@@ -82,7 +82,7 @@ class Measures:
         self.run = run
         self.batch: HostBatch = run.serialize.batch
         #: id of a call's JSON node (ROOT for the root) -> place -> Pending
-        self.calls: dict[int, dict[str, Tensor]] = {}
+        self.calls: dict[int, dict[str, Pending]] = {}
         #: call name while recording -> (node id, [(place, output, version)]) for the float64 forward (acc)
         self.kept: dict[str, tuple[int, list[tuple[str, torch.Tensor, int | None]]]] = {}
         self.top_inputs: tuple[tuple, dict] | None = None
