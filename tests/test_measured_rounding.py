@@ -242,3 +242,18 @@ def test_the_numerics_read_in_a_few_words(tmp_path):
     assert numerics_words(auto)[-1] == "rounding measured as recorded: leaf calls"
     (tmp_path / "plain" / f"Sequential{SIDECAR}").unlink()
     assert numerics_words(nbtrace.load_trace(tmp_path / "plain")) == []
+
+
+def test_the_numbers_ride_with_the_forwards_one_transfer(tmp_path, monkeypatch):
+    from nbtrace.capture import transfer
+
+    moved = []
+    to_host = transfer.to_host
+    monkeypatch.setattr(transfer, "to_host", lambda tensor: moved.append(tensor.numel()) or to_host(tensor))
+    monkeypatch.setattr(transfer, "host_readable", lambda tensor: False)  # as on a GPU: every read is a transfer
+    t = traced(mlp(), inputs(), tmp_path / "off").trace
+    assert len(moved) == 1
+    moved.clear()
+    measured = traced(mlp(), inputs(), tmp_path / "on", measure_rounding=True).trace
+    assert len(moved) == 1 and measured["Sequential.2"].measured["out"].acc is not None
+    assert [n.outputs for n in measured.nodes()] == [n.outputs for n in t.nodes()]
