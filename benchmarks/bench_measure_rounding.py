@@ -70,7 +70,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    print(f"| dtype | traced forward ms | leaves ms | × traced | True ms | × traced |  ({args.rounds} rounds, medians)")
+    print(f"medians of {args.rounds} interleaved rounds\n")
+    print("| dtype | traced forward ms | leaves ms | × traced | True ms | × traced |")
     print("|---|---:|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as scratch:
         for dtype in (torch.float32, torch.bfloat16):

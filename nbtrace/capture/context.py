@@ -156,7 +156,8 @@ def trace(
                 if name:
                     has_children = any(child is not None for child in module._modules.values())
                     site = Site(f"{class_name}.{name}", has_children)
-                    patch.wrap(module, _wrap_module(recorder, site) if meter is None else _wrap_measured(meter, site, module))
+                    make = _wrap_module(recorder, site) if meter is None else _wrap_measured(meter, site, module)
+                    patch.wrap(module, make)
             patch.wrap(model, _wrap_top(recorder))
         else:
             patch.wrap(model, _wrap_top_no_grad)
