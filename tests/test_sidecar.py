@@ -1,6 +1,5 @@
 """nbtrace's sidecar file: written only when a feature has something to say (the run's numerics always do),
-read back into Trace.sidecar,
-moved with its forward, and a malformed one is a TraceFormatError naming it."""
+read back into Trace.sidecar, moved with its forward, and a malformed one is a TraceFormatError naming it."""
 
 from __future__ import annotations
 
