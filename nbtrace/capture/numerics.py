@@ -4,7 +4,8 @@ Two runs of the same model round differently on another machine or with other se
 matmuls, a flash attention kernel, autocast), so each forward records them: TF32 for matmuls and
 cuDNN, the float32 matmul precision, reduced-precision reductions, the enabled attention backends,
 autocast per device, deterministic algorithms, the names of the devices holding the model's
-parameters and buffers, and torch's version. Reading flags costs no device work; a flag torch
+parameters and buffers (read once per ``trace`` block, at its first forward: walking every parameter
+per forward would cost more than the rest), and torch's version. Reading flags costs no device work; a flag torch
 refuses to read (legacy and new precision APIs mixed) is null. ``core/measured.py`` loads it as
 ``trace.numerics``; docs/format.md documents it.
 """
@@ -66,10 +67,14 @@ def device_name(device: torch.device) -> str:
     return str(device)
 
 
-def numerics_section(model: nn.Module) -> dict[str, Any]:
-    """The ``numerics`` section for a forward of ``model`` starting now."""
+def model_devices(model: nn.Module) -> list[str]:
+    """The names of the devices holding ``model``'s parameters and buffers, sorted."""
+    return sorted({device_name(t.device) for t in chain(model.parameters(), model.buffers())})
+
+
+def numerics_section(devices: list[str]) -> dict[str, Any]:
+    """The ``numerics`` section for a forward starting now, of a model on ``devices`` (``model_devices``)."""
     matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
-    devices = {t.device for t in chain(model.parameters(), model.buffers())}
     return {
         "torch": torch.__version__,
         "matmul_tf32": _tf32(lambda: matmul.allow_tf32, lambda: matmul.fp32_precision),
@@ -83,5 +88,5 @@ def numerics_section(model: nn.Module) -> dict[str, Any]:
         "sdpa_math_low_precision_reduction": _read(torch.backends.cuda.fp16_bf16_reduction_math_sdp_allowed),
         "autocast": {device: _autocast(device) for device in ("cpu", "cuda")},
         "deterministic": _read(torch.are_deterministic_algorithms_enabled),
-        "devices": sorted({device_name(d) for d in devices}),
+        "devices": list(devices),
     }

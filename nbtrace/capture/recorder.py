@@ -24,7 +24,7 @@ from ..core.run import RUN_SECTION, run_section
 from ..core.sidecar import sidecar_path
 from ..core.trace import Trace
 from .generation import GenerationProbe
-from .numerics import numerics_section
+from .numerics import model_devices, numerics_section
 from .parameters import ParameterFingerprints
 from .prune import prune_intermediate_layers, prune_outputs_of_parents
 from .ranks import RankPlan, ShardLayouts
@@ -82,6 +82,7 @@ class Recorder:
         self._top_site = Site(f"{self.class_name} (top-level)", True)
         #: measures rounding as it records (``measure_rounding``, ``rounding.py``); None when off
         self.rounding: RoundingMeter | None = None
+        self._devices: list[str] | None = None  # the model's devices, for the numerics section (first forward)
 
     @property
     def traces(self) -> RecordedTraces:
@@ -175,7 +176,9 @@ class Recorder:
         serializer = Serializer(self.use_repr, store)
         containers = self._containers if self.do_prune_layers else {}
         self._run = _ForwardRun(serializer, store, containers)
-        self._run.sidecar[NUMERICS_SECTION] = numerics_section(self.model)
+        if self._devices is None:
+            self._devices = model_devices(self.model)
+        self._run.sidecar[NUMERICS_SECTION] = numerics_section(self._devices)
         if self.rank_plan is not None:
             self._run.layouts = ShardLayouts()
             serializer.on_shard = self._run.layouts.note
