@@ -1,5 +1,5 @@
-"""nbtrace's sidecar file: written only when a feature has something to say, read back into Trace.sidecar,
-moved with its forward, and a malformed one is a TraceFormatError naming it."""
+"""nbtrace's sidecar file: written only when a feature has something to say (the run's numerics always do),
+read back into Trace.sidecar, moved with its forward, and a malformed one is a TraceFormatError naming it."""
 
 from __future__ import annotations
 
@@ -31,14 +31,17 @@ def _run(folder, monkeypatch=None, section=None, forwards=1):
     return rec
 
 
-def test_no_sidecar_without_sections(tmp_path):
+def test_a_model_without_parameters_gets_only_the_numerics_and_no_sections_write_nothing(tmp_path):
     import torch
 
-    model = torch.nn.Sequential(torch.nn.ReLU(), torch.nn.Tanh())  # no parameters: nothing to say
+    from nbtrace.capture.write import write_sidecar
+
+    model = torch.nn.Sequential(torch.nn.ReLU(), torch.nn.Tanh())  # no parameters: only what the run used
     with nbtrace.trace(model, debug_path=tmp_path) as rec:
         model(torch.randn(2, 3))
-    assert not (tmp_path / "Sequential_debug_tree_NBTRACE.json").exists()
-    assert rec.trace.sidecar == {} and nbtrace.load_trace(tmp_path).sidecar == {}
+    assert set(rec.trace.sidecar) == {"numerics"}
+    assert nbtrace.load_trace(tmp_path).sidecar == rec.trace.sidecar
+    assert write_sidecar(tmp_path / "empty", "Sequential", {}) is None and not (tmp_path / "empty").exists()
 
 
 def test_a_section_round_trips_and_moves_with_its_forward(tmp_path, monkeypatch):

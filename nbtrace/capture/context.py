@@ -19,12 +19,12 @@ from typing import Any
 import torch
 from torch import nn
 
+from .float64 import MISSING, mark_wrapper
 from .ranks import Ranks, plan_ranks
 from .recorder import Recorder
+from .rounding import RoundingMeter, check_mode
 from .speculate import Site, named_modules
 from .write import prepare_debug_dir
-
-_MISSING = object()
 
 
 class _Patch:
@@ -34,8 +34,9 @@ class _Patch:
         self._saved: list[tuple[nn.Module, Any]] = []
 
     def wrap(self, module: nn.Module, make: Callable[[Callable], Callable]) -> None:
-        before = module.__dict__.get("forward", _MISSING)
+        before = module.__dict__.get("forward", MISSING)
         wrapped = make(module.forward)
+        mark_wrapper(wrapped, before)  # a float64 copy of the module runs its own forward (float64.py)
         self._saved.append((module, before))
         if _plain_setattr(module):
             module.__dict__["forward"] = wrapped  # what nn.Module.__setattr__ would do, without its checks
@@ -45,7 +46,7 @@ class _Patch:
     def restore(self) -> None:
         while self._saved:
             module, before = self._saved.pop()
-            if before is _MISSING:
+            if before is MISSING:
                 module.__dict__.pop("forward", None)
             else:
                 module.__dict__["forward"] = before
@@ -71,6 +72,20 @@ def _wrap_module(recorder: Recorder, site: Site) -> Callable[[Callable], Callabl
         def traced_forward(*args: Any, **kwargs: Any) -> Any:
             __tracebackhide__ = True  # IPython and pytest leave these frames out of tracebacks
             return call(site, forward, args, kwargs)
+
+        return traced_forward
+
+    return make
+
+
+def _wrap_measured(meter: RoundingMeter, site: Site, module: nn.Module) -> Callable[[Callable], Callable]:
+    call = meter.call_module
+
+    def make(forward: Callable) -> Callable:
+        @functools.wraps(forward)
+        def traced_forward(*args: Any, **kwargs: Any) -> Any:
+            __tracebackhide__ = True
+            return call(site, module, forward, args, kwargs)
 
         return traced_forward
 
@@ -107,6 +122,7 @@ def trace(
     use_repr: bool = True,
     *,
     ranks: Ranks = 0,
+    measure_rounding: bool | str = False,
 ) -> Iterator[Recorder]:
     """Record every top-level forward of ``model`` inside the block; yields a Recorder.
 
@@ -118,13 +134,20 @@ def trace(
     Under torch.distributed, ``ranks`` says who records: rank 0 by default, into
     ``debug_path`` (transformers' behaviour); ``"all"`` or a list of ranks: each of
     them into ``debug_path/rank_<r>/``, loadable together with ``load_trace(debug_path)``.
+
+    ``measure_rounding``: ``True`` re-runs every call in float64 as it records, and the whole model once
+    after each forward, and stores each output's own and accumulated rounding in the sidecar
+    (``node.measured``); ``"leaves"`` measures the own rounding of the calls of modules without
+    submodules only. See ``capture/rounding.py`` and docs/format.md.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    mode = check_mode(measure_rounding)
     plan = plan_ranks(ranks)
     records = plan.records
     folder = prepare_debug_dir(plan.debug_path(debug_path)) if records else None
     recorder = Recorder(model, folder, do_prune_layers, use_repr, plan if plan.describes else None)
+    meter = recorder.rounding = RoundingMeter(recorder, mode) if mode is not None and records else None
     patch = _Patch()
     try:
         if records:
@@ -132,7 +155,9 @@ def trace(
             for name, module in named_modules(model):
                 if name:
                     has_children = any(child is not None for child in module._modules.values())
-                    patch.wrap(module, _wrap_module(recorder, Site(f"{class_name}.{name}", has_children)))
+                    site = Site(f"{class_name}.{name}", has_children)
+                    make = _wrap_module(recorder, site) if meter is None else _wrap_measured(meter, site, module)
+                    patch.wrap(module, make)
             patch.wrap(model, _wrap_top(recorder))
         else:
             patch.wrap(model, _wrap_top_no_grad)

@@ -18,15 +18,18 @@ import torch
 from torch import nn
 
 from ..core.generation import GENERATION_SECTION
+from ..core.measured import NUMERICS_SECTION, ROUNDING_SECTION
 from ..core.ranks import SECTION as DISTRIBUTED
 from ..core.run import RUN_SECTION, run_section
 from ..core.sidecar import sidecar_path
 from ..core.trace import Trace
 from .generation import GenerationProbe
+from .numerics import model_devices, numerics_section
 from .parameters import ParameterFingerprints
 from .prune import prune_intermediate_layers, prune_outputs_of_parents
 from .ranks import RankPlan, ShardLayouts
 from .recorded import Recorded, RecordedTraces
+from .rounding import Measures, RoundingMeter
 from .runs import remove_earlier_forwards
 from .serialize import Serializer, sanitize
 from .speculate import Frame, Site, Speculation, numbered_containers
@@ -77,6 +80,9 @@ class Recorder:
         self._fingerprints = ParameterFingerprints(model, self.class_name)
         self._site = Site(self.class_name, True)  # the model re-entering its own forward
         self._top_site = Site(f"{self.class_name} (top-level)", True)
+        #: measures rounding as it records (``measure_rounding``, ``rounding.py``); None when off
+        self.rounding: RoundingMeter | None = None
+        self._devices: list[str] | None = None  # the model's devices, for the numerics section (first forward)
 
     @property
     def traces(self) -> RecordedTraces:
@@ -139,6 +145,7 @@ class Recorder:
         try:
             node = run.open(self._top_site, {"args": args, "kwargs": kwargs}, f"{name}_inputs")
             probe = GenerationProbe.start(args, kwargs)
+            measures = self.rounding.start(run, args, kwargs) if self.rounding is not None else None
             try:
                 out = forward(*args, **kwargs)
             except BaseException as exc:
@@ -151,6 +158,8 @@ class Recorder:
                     run.record(node, "outputs", out, f"{name}_outputs")
             finally:
                 run.close(node)
+            if measures is not None:
+                self.rounding.top_done(measures, out)  # type: ignore[union-attr]
             if probe is not None:
                 run.generation_done = probe.finish(out, run.serialize.batch)
             self._end_forward(run, node, failed=False)
@@ -167,6 +176,9 @@ class Recorder:
         serializer = Serializer(self.use_repr, store)
         containers = self._containers if self.do_prune_layers else {}
         self._run = _ForwardRun(serializer, store, containers)
+        if self._devices is None:
+            self._devices = model_devices(self.model)
+        self._run.sidecar[NUMERICS_SECTION] = numerics_section(self._devices)
         if self.rank_plan is not None:
             self._run.layouts = ShardLayouts()
             serializer.on_shard = self._run.layouts.note
@@ -237,6 +249,8 @@ class Recorder:
                     run.encoded["parameters"] = text
             except Exception as exc:  # noqa: BLE001 - a fingerprint must never cost the user their trace
                 warnings.warn(f"nbtrace could not fingerprint the parameters of {self.class_name}: {exc}", stacklevel=5)
+        if run.rounding is not None:
+            run.sidecar[ROUNDING_SECTION] = run.rounding.section(root)
         if self.rank_plan is not None and run.layouts is not None:
             run.sidecar[DISTRIBUTED] = self.rank_plan.section(root, run.layouts)
         recorded.generation = run.generation_done() if run.generation_done is not None else None
@@ -270,6 +284,8 @@ class _ForwardRun:
         self.generation_done: Callable[[], dict[str, Any] | None] | None = None
         #: the layouts of the DTensors recorded in this forward, when the trace describes its rank (ranks.py)
         self.layouts: ShardLayouts | None = None
+        #: the rounding measured in this forward (``measure_rounding``), None when off
+        self.rounding: Measures | None = None
 
     def record(self, node: dict[str, Any], key: str, value: Any, name: str) -> None:
         """Serialize ``value`` into ``node[key]``, or hold it if its layer block may be pruned."""

@@ -24,7 +24,8 @@ class Node:
     ``inputs``/``outputs`` keep the nesting of the format (dicts and lists) with
     TensorValue leaves and strings for everything else; ``outputs`` is None when
     the format prunes them (a node with children). ``duration`` (seconds) exists
-    only on traces just recorded.
+    only on traces just recorded. ``measured`` holds the rounding measured per output
+    place when the trace was recorded with ``measure_rounding`` (``core/measured.py``).
     """
 
     __slots__ = (
@@ -38,6 +39,7 @@ class Node:
         "error",
         "call_index",
         "duration",
+        "measured",
         "_keys",
     )
 
@@ -52,6 +54,8 @@ class Node:
         self.error: dict[str, str] | None = None
         self.call_index = 0
         self.duration: float | None = None
+        #: place -> Measured: the rounding measured as it was recorded (``core/measured.py``); {} when not measured
+        self.measured: dict[str, Any] = {}
         self._keys: tuple[str, ...] = ("module_path",)
 
     # -- names ------------------------------------------------------------------------

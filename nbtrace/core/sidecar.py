@@ -5,7 +5,8 @@
     {"format": "nbtrace-sidecar", "version": 1, "sections": {"<name>": {...}, ...}}
 
 Each feature owns one section (``parameters``: parameter fingerprints per module;
-``distributed``: rank, world size and DTensor placements). A trace without a
+``distributed``: rank, world size and DTensor placements; ``numerics`` and ``rounding``: what the run
+computed with and the rounding measured as it recorded, ``measured.py``). A trace without a
 sidecar loads as before (``Trace.sidecar`` is an empty dict); a malformed sidecar
 is a TraceFormatError naming it. docs/format.md documents every section.
 """

@@ -33,8 +33,7 @@ class Trace:
         self.source = Path(source) if source is not None else None
         self.base_dir = Path(base_dir) if base_dir is not None else None
         self._nodes: list[Node] | None = None
-        #: sections of nbtrace's sidecar file (see ``core/sidecar.py``); empty when there is none
-        self.sidecar: dict[str, Any] = {}
+        self._sidecar: dict[str, Any] = {}
         #: every rank's Trace when this one was loaded from a folder of ``rank_<r>/`` folders (``core/ranks.py``)
         self.ranks: dict[int, Trace] = {}
 
@@ -56,6 +55,35 @@ class Trace:
         trace = cls(root, kind=kind, source=Path(source) if source is not None else None, base_dir=base)
         trace._nodes = builder.order
         return trace
+
+    # -- the sidecar ------------------------------------------------------------
+    @property
+    def sidecar(self) -> dict[str, Any]:
+        """Sections of nbtrace's sidecar file (see ``core/sidecar.py``); empty when there is none."""
+        return self._sidecar
+
+    @sidecar.setter
+    def sidecar(self, sections: dict[str, Any]) -> None:
+        from .measured import attach_measured  # measured.py reads call names from ranks.py, which imports this
+
+        self._sidecar = sections
+        attach_measured(self)
+
+    @property
+    def measured_rounding(self) -> bool:
+        """True when the trace was recorded with ``measure_rounding`` (its nodes' ``measured`` hold numbers)."""
+        from .measured import rounding_mode
+
+        return rounding_mode(self) is not None
+
+    @property
+    def numerics(self) -> dict[str, Any]:
+        """What the run computed with (TF32, matmul precision, attention backends, autocast, devices, torch);
+        ``{}`` for a trace recorded before nbtrace recorded it. See ``core/measured.py``."""
+        from .measured import NUMERICS_SECTION
+
+        section = self._sidecar.get(NUMERICS_SECTION)
+        return dict(section) if isinstance(section, dict) else {}
 
     # -- access ---------------------------------------------------------------
     @property

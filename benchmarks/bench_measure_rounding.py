@@ -1,0 +1,85 @@
+"""What ``measure_rounding`` costs: a traced forward with it off, ``"leaves"`` and ``True``, side by side.
+
+transformers' ``LlamaForCausalLM`` built from a config (seed 0, nothing downloaded), eager attention,
+4 layers, hidden 256, intermediate 688, 4 heads, vocabulary 4096, 128 tokens, CPU, under
+``torch.no_grad()``, ``use_repr=False``, ``do_prune_layers=False`` (what a porter traces), in float32 and
+bfloat16. Rounds are interleaved (one round = each variant once, shuffled); the table gives medians and
+each variant's ratio to the traced forward without the option.
+
+    python benchmarks/bench_measure_rounding.py                # 5 rounds
+    python benchmarks/bench_measure_rounding.py --rounds 3 --threads 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+TOKENS = 128
+OPTIONS = {"off": False, "leaves": "leaves", "True": True}
+
+
+def build(dtype: torch.dtype):
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=4096, num_hidden_layers=4, hidden_size=256, intermediate_size=688,
+                                      num_attention_heads=4, num_key_value_heads=4)
+    config._attn_implementation = "eager"
+    model = transformers.LlamaForCausalLM(config).to(dtype).eval()
+    return model, torch.randint(0, 4096, (1, TOKENS))
+
+
+def measure(dtype: torch.dtype, rounds: int, scratch: Path) -> dict[str, float]:
+    import nbtrace
+
+    model, ids = build(dtype)
+    times: dict[str, list[float]] = {name: [] for name in OPTIONS}
+
+    def run(name: str) -> float:
+        folder = scratch / name
+        start = time.perf_counter()
+        with torch.no_grad(), nbtrace.trace(model, folder, do_prune_layers=False, use_repr=False,
+                                            measure_rounding=OPTIONS[name]):
+            model(ids, use_cache=False)
+        elapsed = time.perf_counter() - start
+        shutil.rmtree(folder, ignore_errors=True)
+        return elapsed
+
+    for name in OPTIONS:  # warm-up
+        run(name)
+    for _ in range(rounds):
+        order = list(OPTIONS)
+        random.shuffle(order)
+        for name in order:
+            times[name].append(run(name))
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=None)
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    print(f"medians of {args.rounds} interleaved rounds\n")
+    print("| dtype | traced forward ms | leaves ms | × traced | True ms | × traced |")
+    print("|---|---:|---:|---:|---:|---:|")
+    with tempfile.TemporaryDirectory() as scratch:
+        for dtype in (torch.float32, torch.bfloat16):
+            found = measure(dtype, args.rounds, Path(scratch))
+            base = found["off"]
+            print(f"| {str(dtype)[6:]} | {base * 1e3:.0f} | {found['leaves'] * 1e3:.0f} | {found['leaves'] / base:.2f} "
+                  f"| {found['True'] * 1e3:.0f} | {found['True'] / base:.2f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
