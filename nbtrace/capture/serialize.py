@@ -6,9 +6,8 @@ everything else, and the torch print options the format is written with. The
 print options are set only while a value is being serialized and restored
 right after, so user code never sees them changed.
 
-A record's printed lines and stats are computed on the tensor's device when it
-is recorded and written into the record by ``Serializer.finish()`` at the end
-of the forward, after one transfer for all of them (``transfer.py``).
+A record's printed lines and stats are computed on the tensor's device when it is recorded and
+written into it by ``Serializer.finish()``, after one transfer for all of them (``transfer.py``).
 """
 
 from __future__ import annotations
@@ -26,14 +25,7 @@ from torch._tensor_str import PRINT_OPTS
 from . import transfer
 from .printing import (
     Layout,
-    Options,
-    current_options,
-    fast_printable,
-    format_stats,
-    format_text,
-    gather,
-    stat_pieces,
-    suffixes,
+    Options, current_options, fast_printable, format_stats, format_text, gather, stat_pieces, suffixes,
 )
 from .write import TensorStore
 
@@ -210,7 +202,9 @@ class Serializer:
         assert store is not None and seen.file is not None
         try:
             return store.link(save.name, seen.file, save.host)
-        except Exception:  # noqa: BLE001 - no file to link to: print it instead
+        except OSError:
+            raise  # the disk failed: never a silent loss (writer.py)
+        except Exception:  # noqa: BLE001 - no file to link to: print it
             return self._lines(save.tensor)
 
     def _save(self, save: _Save, seen: _Seen) -> list[str] | str:
@@ -218,6 +212,8 @@ class Serializer:
         assert store is not None
         try:
             ref = store.save(save.name, save.host if save.host is not None else save.tensor)
+        except OSError:
+            raise  # the disk failed: never a silent loss (writer.py)
         except Exception:  # no data to save (e.g. sparse, fake): print it instead
             return self._lines(save.tensor)
         seen.file = ref[2:]
@@ -363,8 +359,6 @@ def _slow_stats(tensor: torch.Tensor) -> dict[str, str]:
 
 def _std(tensor: torch.Tensor) -> torch.Tensor:
     """``tensor.std()``, without torch's warning for one element (the result is nan either way)."""
-    if tensor.numel() != 1:
-        return tensor.std()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         return tensor.std()
