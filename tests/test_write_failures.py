@@ -27,14 +27,14 @@ def _full_disk_after(monkeypatch, files: int) -> list[str]:
     attempted: list[str] = []
     original = write.write_file
 
-    def write_file(data, tmp, target):
+    def write_file(data, tmp, target, ready=None):
         attempted.append(os.path.basename(target))
         if len(attempted) > files:
             with open(tmp, "wb") as handle:  # a partial temporary file, as a real full disk leaves one
                 handle.write(b"\0" * 10)
             os.unlink(tmp)
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        return original(data, tmp, target)
+        return original(data, tmp, target, ready)
 
     monkeypatch.setattr(write, "write_file", write_file)
     return attempted
@@ -90,9 +90,9 @@ def test_the_writer_queue_is_bounded(tmp_path, monkeypatch):
     queued: list[int] = []
     original = write.write_file
 
-    def write_file(data, tmp, target):
+    def write_file(data, tmp, target, ready=None):
         queued.append(store_writer[0]._queued)
-        return original(data, tmp, target)
+        return original(data, tmp, target, ready)
 
     store_writer: list[writer.FileWriter] = []
     original_init = writer.FileWriter.__init__

@@ -75,6 +75,7 @@ class Serializer:
         self._texts: dict[tuple, list[str]] = {}  # printed lines by layout and exact values
         self._options = current_options()
         self._saves: list[_Save] = []
+        self._ready: Callable[[], None] | None = None  # waits for the host copies of the record being saved
 
     def __call__(self, value: Any, name: str) -> Any:
         """The JSON structure for ``value``; ``name`` is the base name of its files."""
@@ -185,13 +186,15 @@ class Serializer:
     def _save_all(self, saves: list[_Save]) -> None:
         """Write the files of one record's tensors: their data moves to the host in one transfer."""
         batched = [save for save in saves if _plain_data(save.tensor)]
-        for save, host in zip(batched, transfer.to_host_many([save.tensor for save in batched])):
+        hosts, self._ready = transfer.to_host_async([save.tensor for save in batched])  # ready: None, or a wait
+        for save, host in zip(batched, hosts):
             save.host = host
         for save in saves:
             seen = save.seen
             assert seen is not None
             if save.candidate:
-                if seen.file is not None and save.host is not None and seen.checksum == transfer.checksum(save.host):
+                if (seen.file is not None and save.host is not None and self._ready is None
+                        and seen.checksum == transfer.checksum(save.host)):
                     save.complete(self._link(save, seen))
                     continue
                 seen = save.seen = self._describe(save.tensor)  # changed since: a new description
@@ -201,7 +204,7 @@ class Serializer:
         store = self.store
         assert store is not None and seen.file is not None
         try:
-            return store.link(save.name, seen.file, save.host)
+            return store.link(save.name, seen.file, save.host, save.host is not save.tensor)
         except OSError:
             raise  # the disk failed: never a silent loss (writer.py)
         except Exception:  # noqa: BLE001 - no file to link to: print it
@@ -211,13 +214,14 @@ class Serializer:
         store = self.store
         assert store is not None
         try:
-            ref = store.save(save.name, save.host if save.host is not None else save.tensor)
+            private = save.host is not None and save.host is not save.tensor  # a host copy of a device's tensor
+            ref = store.save(save.name, save.host if private else save.tensor, self._ready, private)
         except OSError:
             raise  # the disk failed: never a silent loss (writer.py)
         except Exception:  # no data to save (e.g. sparse, fake): print it instead
             return self._lines(save.tensor)
         seen.file = ref[2:]
-        if seen.ref is not None and save.host is not None:
+        if seen.ref is not None and save.host is not None and self._ready is None:  # in flight: no reuse
             seen.checksum = transfer.checksum(save.host)
         return ref
 

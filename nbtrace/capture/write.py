@@ -10,7 +10,7 @@ import errno
 import hashlib
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -307,25 +307,25 @@ class TensorStore:
         self._used.add(candidate)
         return candidate
 
-    def save(self, name: str, tensor: torch.Tensor) -> str:
-        """Save ``tensor`` under ``name``; returns the reference the JSON holds (``./file``); ``writer.py`` writes it."""
+    def save(self, name: str, tensor: torch.Tensor, ready: Callable[[], None] | None = None, private: bool = False) -> str:
+        """Save ``tensor`` under ``name``; returns the reference the JSON holds (``./file``); ``writer.py`` writes it
+        (``private``: ``tensor`` is a host copy no one else changes, which may wait for the writer's thread)."""
         from .transfer import to_host
-
         file_name = self.file_name(name)
         target = os.path.join(self._dir, file_name)
         tmp = os.path.join(self._dir, _temp_name(file_name))
         try:
             data = tensor.detach().contiguous()
             if data.device.type != "cpu":
-                data = to_host(data)
-            self.writer.submit(file_name, data, lambda host: write_file(host, tmp, target))
+                data, private = to_host(data), True
+            self.writer.submit(file_name, data, lambda host: write_file(host, tmp, target, ready), private)
         except BaseException:
             self._used.discard(file_name)
             raise
         self.written.append(file_name)
         return f"./{file_name}"
 
-    def link(self, name: str, existing: str, tensor: torch.Tensor) -> str:
+    def link(self, name: str, existing: str, tensor: torch.Tensor, private: bool = False) -> str:
         """Store the same data as ``existing`` (a file of this forward) under ``name``.
 
         A hard link where the filesystem allows one, else a fresh write (after ``existing``'s, in order).
@@ -343,7 +343,7 @@ class TensorStore:
             return link_file(source, tmp, target, host)
 
         try:
-            self.writer.submit(file_name, data, write)
+            self.writer.submit(file_name, data, write, private or not tensor.is_cpu)
         except BaseException:
             self._used.discard(file_name)
             raise

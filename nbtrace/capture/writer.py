@@ -58,15 +58,18 @@ class FileWriter:
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
 
-    def submit(self, file_name: str, data: torch.Tensor, write: Callable[[torch.Tensor], int]) -> None:
-        """Write ``file_name`` with ``write(data)`` (which returns the bytes it wrote); raises a failure first."""
+    def submit(self, file_name: str, data: torch.Tensor, write: Callable[[torch.Tensor], int], private: bool) -> None:
+        """Write ``file_name`` with ``write(data)`` (it returns the bytes it wrote); raises an earlier failure first.
+
+        ``private``: ``data`` is a host copy that no one changes (copied from a device): the thread may write it.
+        """
         self._raise_failure()
         size = data.numel() * data.element_size()
-        if not self.background or (data.is_cpu and not BACKGROUND_ON_CPU):
+        if not self.background or not (private or BACKGROUND_ON_CPU):
             self._run(file_name, size, write, data)
             self._raise_failure()
             return
-        if data.is_cpu:  # the model's own tensor (tests only): a copy, as a device's data is
+        if not private:  # the model's own tensor in host memory (tests only): a copy, as a device's data is
             data = data.clone()
         with self._cond:
             while self._queued and self._queued + size > QUEUE_BYTES and self._error is None:
@@ -128,10 +131,15 @@ class FileWriter:
         raise OSError(exc.errno if exc.errno is not None else errno.EIO, message) from exc
 
 
-def write_file(data: torch.Tensor, tmp: str, target: str) -> int:
-    """``data`` as a safetensors file at ``target``, through ``tmp``: whole or absent. Returns its size."""
+def write_file(data: torch.Tensor, tmp: str, target: str, ready: Callable[[], None] | None = None) -> int:
+    """``data`` as a safetensors file at ``target``, through ``tmp``: whole or absent. Returns its size.
+
+    ``ready``: waits until ``data`` has arrived (a copy from a device still in flight), or None.
+    """
     from safetensors.torch import save_file
 
+    if ready is not None:
+        ready()
     try:
         try:
             save_file({"data": data}, tmp)
