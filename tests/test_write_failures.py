@@ -22,10 +22,13 @@ from nbtrace.capture import write, writer
 from nbtrace.demo import build_demo
 
 
+_WRITE_FILE = writer.write_file
+
+
 def _full_disk_after(monkeypatch, files: int) -> list[str]:
     """Every file write after the first ``files`` fails as on a full disk; returns the names attempted."""
     attempted: list[str] = []
-    original = write.write_file
+    original = _WRITE_FILE
 
     def write_file(data, tmp, target, ready=None):
         attempted.append(os.path.basename(target))
@@ -37,6 +40,7 @@ def _full_disk_after(monkeypatch, files: int) -> list[str]:
         return original(data, tmp, target, ready)
 
     monkeypatch.setattr(write, "write_file", write_file)
+    monkeypatch.setattr(writer, "write_file", write_file)  # a hard link's fallback writes through it
     return attempted
 
 
@@ -44,27 +48,36 @@ def _no_forward_left(model: torch.nn.Module) -> bool:
     return all("forward" not in module.__dict__ for module in model.modules())
 
 
+@pytest.mark.parametrize("last", [False, True])
 @pytest.mark.parametrize("background", [False, True])
-def test_a_full_disk_ends_the_capture_with_an_error_and_an_honest_trace(tmp_path, monkeypatch, background):
+def test_a_full_disk_ends_the_capture_with_an_error_and_an_honest_trace(tmp_path, monkeypatch, background, last):
     monkeypatch.setattr(writer, "BACKGROUND_ON_CPU", background)
-    attempted = _full_disk_after(monkeypatch, files=12)
     model, inputs = build_demo(num_layers=2)
+    files = 12
+    if last:  # the disk fills at the model's own outputs, the last file of the forward (no hard links: written)
+        monkeypatch.setattr(os, "link", lambda *args: (_ for _ in ()).throw(OSError(errno.EPERM, "no links")))
+        counted = _full_disk_after(monkeypatch, files=10**6)
+        with nbtrace.trace(model, debug_path=tmp_path / "count", use_repr=False, do_prune_layers=False):
+            model(**inputs)
+        files = len(counted) - 1
+        assert counted[-1].startswith("DemoLM_outputs")
+    attempted = _full_disk_after(monkeypatch, files=files)
     with pytest.raises(OSError) as caught:
         with nbtrace.trace(model, debug_path=tmp_path, use_repr=False, do_prune_layers=False):
             model(**inputs)
     error = caught.value
     assert error.errno == errno.ENOSPC
-    assert str(tmp_path) in str(error) and "needed at least" in str(error) and attempted[12] in str(error)
+    assert str(tmp_path) in str(error) and "needed at least" in str(error) and attempted[files] in str(error)
     assert _no_forward_left(model)
     assert not list(tmp_path.glob(".*.tmp"))
     trace = nbtrace.load_trace(tmp_path)
-    full = json.loads(next(tmp_path.glob("*_FULL_TENSORS.json")).read_text())
+    full = json.loads((tmp_path / "DemoLM_debug_tree_FULL_TENSORS.json").read_text())
     assert full["error"]["type"] == "OSError" and "No space left" in full["error"]["message"]
     refs = [value for node in trace.nodes() for _, _, value in node.tensors() if value.ref is not None]
     assert refs  # the files written before the disk filled (some hard-linked to a repeat of their tensor)
     for value in refs:  # every file the trace claims is there, whole
         assert value.load() is not None
-    if background:  # records made before their file failed in the thread say so: no value, not a dead reference
+    if background and not last:  # records made before their file failed in the thread: no value, no dead reference
         assert any(value.value is None for node in trace.nodes() for _, _, value in node.tensors())
 
 

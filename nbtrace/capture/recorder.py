@@ -150,8 +150,11 @@ class Recorder:
                 # The format drops the outputs of a call with children; only their files stay (safetensors).
                 if not self.use_repr or not node["children"]:
                     run.record(node, "outputs", out, f"{name}_outputs")
-            finally:
-                run.close(node)
+            except BaseException as exc:  # e.g. a full disk: the trace of what ran, marked
+                run.close(node, error=exc)
+                self._end_forward(run, node, failed=True)
+                raise
+            run.close(node)
             if probe is not None:
                 run.generation_done = probe.finish(out, run.serialize.batch)
             self._end_forward(run, node, failed=False)

@@ -52,7 +52,7 @@ class FileWriter:
         self.background = background
         self.written_bytes = 0
         self.failed: set[str] = set()  # file names whose data never reached the disk
-        self._error: OSError | None = None
+        self._error: Exception | None = None
         self._queued = 0
         self._cond = threading.Condition()
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
@@ -95,11 +95,13 @@ class FileWriter:
     def _work(self) -> None:
         while (job := self._jobs.get()) is not None:
             file_name, size, write, data = job
-            self._run(file_name, size, write, data)
-            del job, data
-            with self._cond:
-                self._queued -= size
-                self._cond.notify_all()
+            try:
+                self._run(file_name, size, write, data)
+            finally:
+                del job, data
+                with self._cond:
+                    self._queued -= size
+                    self._cond.notify_all()
 
     def _run(self, file_name: str, size: int, write: Callable[[torch.Tensor], int], data: torch.Tensor) -> None:
         if self._error is not None:  # the disk failed already: the rest is not written either
@@ -108,7 +110,7 @@ class FileWriter:
             return
         try:
             self.written_bytes += write(data)
-        except OSError as exc:
+        except Exception as exc:  # noqa: BLE001 - in the thread nothing else would see it: raised later
             self.failed.add(file_name)
             self._needed = size
             self._error = exc
@@ -121,14 +123,15 @@ class FileWriter:
         exc = self._error
         if exc is None:
             return
-        reason = exc.strerror or str(exc)
+        reason = (exc.strerror if isinstance(exc, OSError) else None) or f"{type(exc).__name__}: {exc}"
         message = (
             f"nbtrace could not write {self._first} into {self.folder}: {reason}. "
             f"The files of this forward needed at least {size_text(self._needed)} more "
             f"({size_text(self.written_bytes)} were written). The trace keeps what was written, "
             "marked with this error where the folder can still hold it; free some space or trace into another folder."
         )
-        raise OSError(exc.errno if exc.errno is not None else errno.EIO, message) from exc
+        code = exc.errno if isinstance(exc, OSError) and exc.errno is not None else errno.EIO
+        raise OSError(code, message) from exc
 
 
 def write_file(data: torch.Tensor, tmp: str, target: str, ready: Callable[[], None] | None = None) -> int:
