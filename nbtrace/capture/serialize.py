@@ -204,7 +204,7 @@ class Serializer:
         store = self.store
         assert store is not None and seen.file is not None
         try:
-            return store.link(save.name, seen.file, save.host, save.host is not save.tensor)
+            return store.link(save.name, seen.file, save.host, transfer.is_copy(save.host, save.tensor))
         except OSError:
             raise  # the disk failed: never a silent loss (writer.py)
         except Exception:  # noqa: BLE001 - no file to link to: print it
@@ -214,7 +214,7 @@ class Serializer:
         store = self.store
         assert store is not None
         try:
-            private = save.host is not None and save.host is not save.tensor  # a host copy of a device's tensor
+            private = save.host is not None and transfer.is_copy(save.host, save.tensor)  # a device's, copied
             ref = store.save(save.name, save.host if private else save.tensor, self._ready, private)
         except OSError:
             raise  # the disk failed: never a silent loss (writer.py)

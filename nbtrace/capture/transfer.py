@@ -103,6 +103,11 @@ def to_host_async(tensors: Sequence[torch.Tensor]) -> tuple[list[torch.Tensor], 
 _SIDE_STREAMS: dict[torch.device, Any] = {}
 
 
+def is_copy(host: torch.Tensor, tensor: torch.Tensor) -> bool:
+    """True when ``host`` holds memory of its own, not ``tensor``'s (which the model may still change)."""
+    return host.untyped_storage().data_ptr() != tensor.untyped_storage().data_ptr()
+
+
 def checksum(tensor: torch.Tensor) -> int:
     """The wrapping sum of the bits of a tensor in host memory: changes when any value changes (bar contrived swaps)."""
     if not tensor.is_cpu:
