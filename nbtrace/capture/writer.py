@@ -135,7 +135,7 @@ class FileWriter:
 
 
 def write_file(data: torch.Tensor, tmp: str, target: str, ready: Callable[[], None] | None = None) -> int:
-    """``data`` as a safetensors file at ``target``, through ``tmp``: whole or absent. Returns its size.
+    """``data`` as a safetensors file at ``target``, through ``tmp``: whole or absent. Returns the data's bytes.
 
     ``ready``: waits until ``data`` has arrived (a copy from a device still in flight), or None.
     """
@@ -153,9 +153,8 @@ def write_file(data: torch.Tensor, tmp: str, target: str, ready: Callable[[], No
             if code is None:
                 raise
             raise OSError(int(code.group(1)), os.strerror(int(code.group(1)))) from exc
-        size = os.path.getsize(tmp)
         os.replace(tmp, target)
-        return size
+        return data.numel() * data.element_size()
     except BaseException:
         try:
             os.unlink(tmp)
