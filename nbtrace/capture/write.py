@@ -233,11 +233,14 @@ def write_trace_files(tree: dict[str, Any], folder: Path, class_name: str) -> tu
     full = folder / f"{class_name}{FULL_SUFFIX}"
     summary = folder / f"{class_name}{SUMMARY_SUFFIX}"
     full_bytes, summary_bytes = encode_trees(tree)
+    wrote_full = False
     try:
         write_atomic(full, full_bytes)
+        wrote_full = True
         write_atomic(summary, summary_bytes)
-    except OSError as exc:  # both files or neither: a FULL file alone would claim a trace that failed
-        full.unlink(missing_ok=True)
+    except OSError as exc:  # both files or neither: a new FULL file alone would claim a trace that failed
+        if wrote_full:
+            full.unlink(missing_ok=True)
         needed = f"{exc.strerror or exc} (they needed {size_text(len(full_bytes) + len(summary_bytes))})"
         raise OSError(exc.errno, f"nbtrace could not write the trace files into {folder}: {needed}") from exc
     return full, summary
@@ -326,10 +329,7 @@ class TensorStore:
         return f"./{file_name}"
 
     def link(self, name: str, existing: str, tensor: torch.Tensor, private: bool = False) -> str:
-        """Store the same data as ``existing`` (a file of this forward) under ``name``.
-
-        A hard link where the filesystem allows one, else a fresh write (after ``existing``'s, in order).
-        """
+        """Store the same data as ``existing`` (a file of this forward) under ``name``: a hard link, or written."""
         file_name = self.file_name(name)
         target = os.path.join(self._dir, file_name)
         source = os.path.join(self._dir, existing)
