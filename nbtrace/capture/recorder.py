@@ -34,6 +34,7 @@ from .runs import remove_earlier_forwards
 from .serialize import Serializer, sanitize
 from .speculate import Frame, Site, Speculation, numbered_containers
 from .write import TensorStore, tree_refs, write_sidecar, write_trace_files
+from .writer import drop_refs
 
 _MAX_ERROR_MESSAGE = 2000
 _set_grad_enabled = torch._C._set_grad_enabled
@@ -156,8 +157,11 @@ class Recorder:
                 # The format drops the outputs of a call with children; only their files stay (safetensors).
                 if not self.use_repr or not node["children"]:
                     run.record(node, "outputs", out, f"{name}_outputs")
-            finally:
-                run.close(node)
+            except BaseException as exc:  # e.g. a full disk: the trace of what ran, marked
+                run.close(node, error=exc)
+                self._end_forward(run, node, failed=True)
+                raise
+            run.close(node)
             if measures is not None:
                 self.rounding.top_done(measures, out)  # type: ignore[union-attr]
             if probe is not None:
@@ -210,10 +214,18 @@ class Recorder:
         return sections
 
     def _end_forward(self, run: _ForwardRun, top: dict[str, Any], failed: bool) -> None:
+        lost = None
+        try:
+            run.store.flush()  # every safetensors file of the forward on disk, or the first failure
+        except OSError as exc:  # the trace keeps what was written, marked with the error (raised below)
+            lost = exc
+            top.setdefault("error", error_record(exc))
+            drop_refs([top], run.store.failed())
         root: dict[str, Any] = {"module_path": self.class_name}
         for key in ("inputs", "outputs", "error", "children"):
             if key in top and top[key]:
                 root[key] = top[key]
+        failed_before, failed = failed, failed or lost is not None
         run.durations[id(root)] = run.durations.get(id(top))
         parameters = self._fingerprint_parameters(run)
         removed = prune_intermediate_layers(root) if self.do_prune_layers else []
@@ -236,6 +248,8 @@ class Recorder:
         recorded.source = full
         self._recorded.append(recorded)
         self._previous_store = run.store
+        if lost is not None and failed_before is False:
+            raise lost
 
     def _fill_sidecar(
         self, run: _ForwardRun, root: dict[str, Any], recorded: Recorded, parameters: Callable[[], tuple] | None

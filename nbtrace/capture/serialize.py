@@ -6,9 +6,8 @@ everything else, and the torch print options the format is written with. The
 print options are set only while a value is being serialized and restored
 right after, so user code never sees them changed.
 
-A record's printed lines and stats are computed on the tensor's device when it
-is recorded and written into the record by ``Serializer.finish()`` at the end
-of the forward, after one transfer for all of them (``transfer.py``).
+A record's printed lines and stats are computed on the tensor's device when it is recorded and
+written into it by ``Serializer.finish()``, after one transfer for all of them (``transfer.py``).
 """
 
 from __future__ import annotations
@@ -26,14 +25,7 @@ from torch._tensor_str import PRINT_OPTS
 from . import transfer
 from .printing import (
     Layout,
-    Options,
-    current_options,
-    fast_printable,
-    format_stats,
-    format_text,
-    gather,
-    stat_pieces,
-    suffixes,
+    Options, current_options, fast_printable, format_stats, format_text, gather, stat_pieces, suffixes,
 )
 from .write import TensorStore
 
@@ -83,6 +75,7 @@ class Serializer:
         self._texts: dict[tuple, list[str]] = {}  # printed lines by layout and exact values
         self._options = current_options()
         self._saves: list[_Save] = []
+        self._ready: Callable[[], None] | None = None  # waits for the host copies of the record being saved
 
     def __call__(self, value: Any, name: str) -> Any:
         """The JSON structure for ``value``; ``name`` is the base name of its files."""
@@ -193,13 +186,15 @@ class Serializer:
     def _save_all(self, saves: list[_Save]) -> None:
         """Write the files of one record's tensors: their data moves to the host in one transfer."""
         batched = [save for save in saves if _plain_data(save.tensor)]
-        for save, host in zip(batched, transfer.to_host_many([save.tensor for save in batched])):
+        hosts, self._ready = transfer.to_host_async([save.tensor for save in batched])  # ready: None, or a wait
+        for save, host in zip(batched, hosts):
             save.host = host
         for save in saves:
             seen = save.seen
             assert seen is not None
             if save.candidate:
-                if seen.file is not None and save.host is not None and seen.checksum == transfer.checksum(save.host):
+                if (seen.file is not None and save.host is not None and self._ready is None
+                        and seen.checksum == transfer.checksum(save.host)):
                     save.complete(self._link(save, seen))
                     continue
                 seen = save.seen = self._describe(save.tensor)  # changed since: a new description
@@ -209,19 +204,24 @@ class Serializer:
         store = self.store
         assert store is not None and seen.file is not None
         try:
-            return store.link(save.name, seen.file, save.host)
-        except Exception:  # noqa: BLE001 - no file to link to: print it instead
+            return store.link(save.name, seen.file, save.host, transfer.is_copy(save.host, save.tensor))
+        except OSError:
+            raise  # the disk failed: never a silent loss (writer.py)
+        except Exception:  # noqa: BLE001 - no file to link to: print it
             return self._lines(save.tensor)
 
     def _save(self, save: _Save, seen: _Seen) -> list[str] | str:
         store = self.store
         assert store is not None
         try:
-            ref = store.save(save.name, save.host if save.host is not None else save.tensor)
+            private = save.host is not None and transfer.is_copy(save.host, save.tensor)  # a device's, copied
+            ref = store.save(save.name, save.host if private else save.tensor, self._ready, private)
+        except OSError:
+            raise  # the disk failed: never a silent loss (writer.py)
         except Exception:  # no data to save (e.g. sparse, fake): print it instead
             return self._lines(save.tensor)
         seen.file = ref[2:]
-        if seen.ref is not None and save.host is not None:
+        if seen.ref is not None and save.host is not None and self._ready is None:  # in flight: no reuse
             seen.checksum = transfer.checksum(save.host)
         return ref
 
@@ -363,8 +363,6 @@ def _slow_stats(tensor: torch.Tensor) -> dict[str, str]:
 
 def _std(tensor: torch.Tensor) -> torch.Tensor:
     """``tensor.std()``, without torch's warning for one element (the result is nan either way)."""
-    if tensor.numel() != 1:
-        return tensor.std()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         return tensor.std()

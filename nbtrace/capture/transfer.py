@@ -17,7 +17,7 @@ that nothing else in the capture reads a tensor's values.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -64,6 +64,48 @@ def to_host_many(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
             out[i] = host[start : start + part.numel()].view(source.dtype).view(source.shape)
             start += part.numel()
     return out
+
+
+def to_host_async(tensors: Sequence[torch.Tensor]) -> tuple[list[torch.Tensor], Callable[[], None] | None]:
+    """Host copies of ``tensors`` and a function that waits until they have arrived (None: they are there).
+
+    On a CUDA device the copy goes to pinned host memory on a side stream, queued behind the work that
+    made the tensors, so the host does not wait for the device: a writer thread calls the wait before it
+    reads the copy. Elsewhere this is ``to_host_many``.
+    """
+    devices = {t.device for t in tensors if not host_readable(t)}
+    if len(devices) != 1 or next(iter(devices)).type != "cuda" or not all(t.is_cuda for t in tensors):
+        return to_host_many(tensors), None
+    device = next(iter(devices))
+    main = torch.cuda.current_stream(device)
+    side = _SIDE_STREAMS.get(device)
+    if side is None:
+        side = _SIDE_STREAMS[device] = torch.cuda.Stream(device)
+    side.wait_stream(main)  # the copy starts when the tensors are computed
+    order = sorted(range(len(tensors)), key=lambda i: -tensors[i].element_size())
+    with torch.cuda.stream(side):
+        parts = [tensors[i].detach().contiguous().reshape(-1).view(torch.uint8) for i in order]
+        joined = torch.cat(parts) if len(parts) > 1 else parts[0]
+        host = torch.empty(joined.shape, dtype=torch.uint8, pin_memory=True)
+        host.copy_(joined, non_blocking=True)
+        arrived = torch.cuda.Event()
+        arrived.record(side)
+    for tensor in tensors:  # the caching allocator must not hand their memory out before the copy has run
+        tensor.record_stream(side)
+    out: list[Any] = [None] * len(tensors)
+    start = 0
+    for i, part in zip(order, parts):
+        out[i] = host[start : start + part.numel()].view(tensors[i].dtype).view(tensors[i].shape)
+        start += part.numel()
+    return out, arrived.synchronize
+
+
+_SIDE_STREAMS: dict[torch.device, Any] = {}
+
+
+def is_copy(host: torch.Tensor, tensor: torch.Tensor) -> bool:
+    """True when ``host`` holds memory of its own, not ``tensor``'s (which the model may still change)."""
+    return host.untyped_storage().data_ptr() != tensor.untyped_storage().data_ptr()
 
 
 def checksum(tensor: torch.Tensor) -> int:

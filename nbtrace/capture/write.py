@@ -6,19 +6,20 @@ place with ``os.replace``, so a crash never leaves a truncated file.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import torch
 
 from ..core.load import FULL_SUFFIX, SUMMARY_SUFFIX
 from ..core.sidecar import SIDECAR_SUFFIX, sidecar_document
 from ..core.tensor import is_tensor_record
-
-if TYPE_CHECKING:  # pragma: no cover
-    import torch
+from .writer import FileWriter, link_file, size_text, write_file
 
 _UNSAFE = {"/": "%2F", "\\": "%5C", "\0": "%00"}
 _MAX_NAME_BYTES = 200
@@ -232,8 +233,16 @@ def write_trace_files(tree: dict[str, Any], folder: Path, class_name: str) -> tu
     full = folder / f"{class_name}{FULL_SUFFIX}"
     summary = folder / f"{class_name}{SUMMARY_SUFFIX}"
     full_bytes, summary_bytes = encode_trees(tree)
-    write_atomic(full, full_bytes)
-    write_atomic(summary, summary_bytes)
+    wrote_full = False
+    try:
+        write_atomic(full, full_bytes)
+        wrote_full = True
+        write_atomic(summary, summary_bytes)
+    except OSError as exc:  # both files or neither: a new FULL file alone would claim a trace that failed
+        if wrote_full:
+            full.unlink(missing_ok=True)
+        needed = f"{exc.strerror or exc} (they needed {size_text(len(full_bytes) + len(summary_bytes))})"
+        raise OSError(exc.errno, f"nbtrace could not write the trace files into {folder}: {needed}") from exc
     return full, summary
 
 
@@ -287,6 +296,7 @@ class TensorStore:
         self._dir = str(folder)
         self.written: list[str] = []
         self._used: set[str] = set()
+        self.writer = FileWriter(self._dir)
 
     def file_name(self, name: str) -> str:
         """The unique, safe file name (with ``.safetensors``) for ``name``."""
@@ -300,50 +310,57 @@ class TensorStore:
         self._used.add(candidate)
         return candidate
 
-    def save(self, name: str, tensor: torch.Tensor) -> str:
-        """Save ``tensor`` under ``name``; returns the reference the JSON holds (``./file``)."""
-        from safetensors.torch import save_file
-
+    def save(self, name: str, tensor: torch.Tensor, ready: Callable[[], None] | None = None, private: bool = False) -> str:
+        """Save ``tensor`` under ``name``; returns the reference the JSON holds (``./file``); ``writer.py`` writes it
+        (``private``: ``tensor`` is a host copy no one else changes, which may wait for the writer's thread)."""
         from .transfer import to_host
-
         file_name = self.file_name(name)
         target = os.path.join(self._dir, file_name)
         tmp = os.path.join(self._dir, _temp_name(file_name))
         try:
             data = tensor.detach().contiguous()
-            save_file({"data": data if data.device.type == "cpu" else to_host(data)}, tmp)
-            os.replace(tmp, target)
+            if data.device.type != "cpu":
+                data, private = to_host(data), True
+            self.writer.submit(file_name, data, lambda host: write_file(host, tmp, target, ready), private)
         except BaseException:
-            _unlink(tmp)
             self._used.discard(file_name)
             raise
         self.written.append(file_name)
         return f"./{file_name}"
 
-    def link(self, name: str, existing: str, tensor: torch.Tensor) -> str:
-        """Store the same data as ``existing`` (a file of this forward) under ``name``.
-
-        A hard link where the filesystem allows one, else a fresh write.
-        """
+    def link(self, name: str, existing: str, tensor: torch.Tensor, private: bool = False) -> str:
+        """Store the same data as ``existing`` (a file of this forward) under ``name``: a hard link, or written."""
         file_name = self.file_name(name)
         target = os.path.join(self._dir, file_name)
         source = os.path.join(self._dir, existing)
         tmp = os.path.join(self._dir, _temp_name(file_name))
+        data = tensor.detach().contiguous()
+        failed = self.writer.failed
+
+        def write(host: torch.Tensor) -> int:
+            if existing in failed:
+                raise OSError(errno.ENOENT, f"{existing} was not written")
+            return link_file(source, tmp, target, host)
+
         try:
-            try:
-                os.link(source, target)  # atomic by itself: the name appears with the whole file behind it
-            except FileExistsError:  # an older file of that name: replace it in one step
-                os.link(source, tmp)
-                os.replace(tmp, target)
-        except OSError:
-            _unlink(tmp)
+            self.writer.submit(file_name, data, write, private or not tensor.is_cpu)
+        except BaseException:
             self._used.discard(file_name)
-            return self.save(name, tensor)
+            raise
         self.written.append(file_name)
         return f"./{file_name}"
 
+    def flush(self) -> None:
+        """Wait for every file handed to the writer; raises (an OSError naming the folder) if one failed."""
+        self.writer.flush()
+
+    def failed(self) -> set[str]:
+        """References (``./file``) of files this forward handed over that never reached the disk."""
+        return {f"./{name}" for name in self.writer.failed}
+
     def discard(self, refs: Iterable[str]) -> None:
         """Delete files this forward wrote for references that the JSON no longer holds."""
+        self.writer.wait()
         gone = {ref[2:] if ref.startswith("./") else ref for ref in refs}
         for file_name in gone:
             if file_name in self._used:
@@ -352,6 +369,7 @@ class TensorStore:
 
     def move_to(self, destination: Path, extra: Iterable[Path] = ()) -> None:
         """Move every file of this forward (and ``extra`` files) into ``destination``."""
+        self.writer.wait()
         destination.mkdir(parents=True, exist_ok=True)
         for file_name in self.written:
             source = self.folder / file_name
@@ -361,14 +379,7 @@ class TensorStore:
             if path.exists():
                 os.replace(path, destination / path.name)
         self.folder = destination
-        self._dir = str(destination)
-
-
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
+        self._dir = self.writer.folder = str(destination)
 
 
 def tree_refs(trees: Iterable[dict[str, Any]]) -> list[str]:

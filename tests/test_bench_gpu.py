@@ -1,0 +1,39 @@
+"""benchmarks/gpu/bench_gpu.py runs: without a GPU it says so and exits 0; on a CPU, ``--small`` prints the table."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import torch
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu" / "bench_gpu.py"
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("bench_gpu", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules[spec.name]
+    return module
+
+
+def test_without_a_gpu_it_says_so_and_exits_0(capsys, monkeypatch):
+    bench = _bench()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert bench.main([]) == 0
+    assert capsys.readouterr().out.strip() == bench.NEEDS_GPU
+
+
+def test_a_small_run_on_the_cpu_prints_the_table(capsys):
+    bench = _bench()
+    assert bench.main(["--device", "cpu", "--small", "--rounds", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "| model, tokens | plain | repr pruned | repr unpruned | safetensors pruned | safetensors unpruned" in out
+    assert "| 2 layers x 64, 16 tokens |" in out
+    for line in ("save_file alone", "aten operations per recorded tensor", "syncs per forward", "peak memory"):
+        assert line in out, line
