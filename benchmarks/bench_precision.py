@@ -30,7 +30,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import nbtrace
-from nbtrace.diff.metrics import TOLERANCE
+from nbtrace.diff.measure.metrics import TOLERANCE
 from tests.models.precision import CASES, P, trace_case
 from tests.models.precision_ports import RENAMED_CASES
 

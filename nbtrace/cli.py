@@ -133,9 +133,9 @@ def read_rename(path: str | os.PathLike) -> dict[str, str]:
 
 def _diff(args: argparse.Namespace) -> int:
     from .core.forwards import forward_sources
-    from .diff.ranked import BothRanked
-    from .diff.step_compare import compare
-    from .diff.steps import StepsComparison
+    from .diff.ranks.ranked import BothRanked
+    from .diff.steps.step_compare import compare
+    from .diff.steps.steps import StepsComparison
     from .render.steps_text import format_steps_table
     from .render.text import format_comparison_table
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 import nbtrace
-from nbtrace.diff.evidence import CONFIDENCES
+from nbtrace.diff.verdict.evidence import CONFIDENCES
 from tests.models.precision import CASES, P, one_thread, trace_case  # noqa: F401  (one_thread: a fixture)
 
 BY_NAME = {case.name: case for case in CASES}

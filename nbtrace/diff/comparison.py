@@ -21,23 +21,23 @@ from typing import TYPE_CHECKING, Any
 from ..core.load import load_trace
 from ..core.node import Node
 from ..core.trace import Trace
-from .align import Alignment, align
-from .divergence import FirstDivergence, first_divergence
-from .evidence import CallDifference
-from .flow import Flow, TensorCache
-from .metrics import TensorDiff
-from .noise import PairStats, dtype_name, padding_rows
-from .notes import MIN_COVERAGE, comparison_notes
-from .pairing import compile_ignore
-from .ranked import call_comparer, ranked_rename
-from .report import node_report
-from .weights import WeightFinding, compare_parameters
+from .align.align import Alignment, align
+from .verdict.divergence import FirstDivergence, first_divergence
+from .verdict.evidence import CallDifference
+from .align.flow import Flow, TensorCache
+from .measure.metrics import TensorDiff
+from .measure.noise import PairStats, dtype_name, padding_rows
+from .verdict.notes import MIN_COVERAGE, comparison_notes
+from .align.pairing import compile_ignore
+from .ranks.ranked import call_comparer, ranked_rename
+from .verdict.report import node_report
+from .verdict.weights import WeightFinding, compare_parameters
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas
 
-    from .files_verdict import FileVerdict
-    from .findings import Verdict
+    from .verdict.files_verdict import FileVerdict
+    from .verdict.findings import Verdict
 
 
 @dataclass
@@ -100,7 +100,7 @@ class Comparison:
         self._judge: FileVerdict | None = None  # the verdict from files, kept for replay
         self._files_verdict: Verdict | None = None
         if self._noise_aware():
-            from .born import judge_from_files
+            from .verdict.born import judge_from_files
 
             self.method = "files"
             self._judge = judge_from_files(self)
@@ -173,7 +173,7 @@ class Comparison:
     @property
     def weights(self) -> list[WeightFinding]:
         """Parameters and buffers of aligned modules that differ, from the traces' fingerprints
-        (nbtrace's sidecar; empty when a trace has none). See ``nbtrace.diff.weights``."""
+        (nbtrace's sidecar; empty when a trace has none). See ``nbtrace.diff.verdict.weights``."""
         if self._weights is None:
             a_section = self.a.sidecar.get("parameters", {})
             b_section = self.b.sidecar.get("parameters", {})

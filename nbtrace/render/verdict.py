@@ -29,8 +29,8 @@ from .vocabulary import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..diff.divergence import FirstDivergence
-    from ..diff.evidence import Evidence
+    from ..diff.verdict.divergence import FirstDivergence
+    from ..diff.verdict.evidence import Evidence
 
 MAX_SHOWN = 6  # names listed in one hint before "…"
 

@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 SIGNIFICANT_DIGITS = 3
 
-# -- statuses of a comparison's calls (``diff.report.STATUSES``) ------------------------------------
+# -- statuses of a comparison's calls (``diff.verdict.report.STATUSES``) ------------------------------------
 STATUS_WORDS = {
     "match": "match",
     "diverged": "diverged",
@@ -73,7 +73,7 @@ TINT_ALPHA = 0.16
 STATUS_COLOURS = {name: light for name, (light, _) in PALETTE.items() if name in STATUS_WORDS}
 GOOD, WARN, BAD, MUTED = (PALETTE[name][0] for name in ("match", "diverged", "first", "only_a"))
 
-# -- verdicts of a comparison (``diff.evidence.VERDICTS``) ---------------------------------------------
+# -- verdicts of a comparison (``diff.verdict.evidence.VERDICTS``) ---------------------------------------------
 VERDICT_WORDS = {"agree": "agree", "diverge": "diverge", "unresolved": "unresolved"}
 VERDICT_MARKS = {"agree": "✓", "diverge": "✗", "unresolved": "?"}
 #: whose colour a verdict wears
@@ -86,7 +86,7 @@ CONFIDENCE_WORDS = {"certain": "certain", "likely": "likely"}
 #: calls the verdict found close to a flag without reaching it (``Comparison.suspects``)
 SUSPECTS_WORDS = "close to a flag"
 
-# -- one call's difference (``diff.evidence.CallDifference``) and the evidence of a verdict ---------
+# -- one call's difference (``diff.verdict.evidence.CallDifference``) and the evidence of a verdict ---------
 UNIT = "u"
 UNIT_MEANING = "u is the unit roundoff of the dtype compared (2⁻²⁴ for float32, 2⁻⁸ for bfloat16)"
 DIFFERENCE_WORDS = {
@@ -203,7 +203,7 @@ def widget_vocabulary() -> dict[str, Any]:
     ``statuses`` lists the status names in the order of the payload's status codes (0: none);
     ``colours`` gives each status (and ``scale``, ``bad``) its light- and dark-theme colour.
     """
-    from ..diff.report import STATUSES
+    from ..diff.verdict.report import STATUSES
 
     return {
         "statuses": ["", *STATUSES],

@@ -23,18 +23,18 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from ..core.dtypes import is_float
-from ..core.tensor import TensorValue
+from ...core.dtypes import is_float
+from ...core.tensor import TensorValue
 from .evidence import Evidence
 from .findings import Finding, Verdict
-from .flow import Flow, Producer, Slot
-from .metrics import TensorDiff
-from .noise import DiffStats, PairStats, diff_stats, dtype_name, padding_rows, unit_roundoff
-from .rounding import B_CODE, B_INPUTS, B_LEAF, CERTAIN, K_CODE, K_LEAF, accumulation, coherence, magnitude
+from ..align.flow import Flow, Producer, Slot
+from ..measure.metrics import TensorDiff
+from ..measure.noise import DiffStats, PairStats, diff_stats, dtype_name, padding_rows, unit_roundoff
+from ..measure.rounding import B_CODE, B_INPUTS, B_LEAF, CERTAIN, K_CODE, K_LEAF, accumulation, coherence, magnitude
 from .weights import WeightFinding
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .comparison import Match
+    from ..comparison import Match
 
 #: weight findings that a correct conversion never shows, and the score each gives the module
 _WEIGHT_SCORES = {"transposed": 3.0, "shape": 3.0, "scaled": 3.0, "rows": 3.0, "columns": 3.0, "rounded": 3.0,

@@ -19,9 +19,9 @@ could not be replayed, the verdict from files answers for it (``with_fallback``)
 
 from __future__ import annotations
 
-from .findings import Finding, Verdict
+from ..verdict.findings import Finding, Verdict
 from .replay import Replayed
-from .rounding import coherence, replay_math, replay_precision
+from ..measure.rounding import coherence, replay_math, replay_precision
 
 
 def judge(r: Replayed) -> Finding | None:

@@ -25,15 +25,15 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..core.dtypes import short_dtype
-from ..core.trace import Trace
+from ...core.dtypes import short_dtype
+from ...core.trace import Trace
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
     import torch
 
-    from ..core.node import Node
-    from .flow import Flow, TensorCache
+    from ...core.node import Node
+    from ..align.flow import Flow, TensorCache
     from .metrics import TensorDiff
 
 #: unit roundoff (half the distance from 1 to the next number) of each float dtype

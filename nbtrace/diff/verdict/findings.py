@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..core.node import Node
+from ...core.node import Node
 from .evidence import Evidence
-from .flow import Producer, Slot
-from .noise import DiffStats
-from .rounding import SUSPECT
+from ..align.flow import Producer, Slot
+from ..measure.noise import DiffStats
+from ..measure.rounding import SUSPECT
 
 
 @dataclass(eq=False)

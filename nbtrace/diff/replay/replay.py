@@ -33,15 +33,15 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from ..core.dtypes import is_float
-from ..core.node import Node
-from ..core.tensor import TensorValue
+from ...core.dtypes import is_float
+from ...core.node import Node
+from ...core.tensor import TensorValue
 from .callargs import Unreplayable, rebuild, tensors_of
-from .flow import Flow
-from .noise import DiffStats, as_matrix, diff_stats, relative, unit_roundoff
+from ..align.flow import Flow
+from ..measure.noise import DiffStats, as_matrix, diff_stats, relative, unit_roundoff
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .comparison import Match
+    from ..comparison import Match
 
 SCOPES = ("auto", "leaves", "all")
 _FAR = 0.5  # a candidate output farther than this (relative) from port64(x) is not the call's output

@@ -16,13 +16,13 @@ from typing import Any
 
 from torch import nn
 
-from ..core.forwards import forward_sources, holds_several_forwards
-from ..core.generation import CacheFacts, cache_facts, fed_tokens, input_length, picked_tokens, token_margins
-from ..core.load import load_trace
-from ..core.trace import Trace
+from ...core.forwards import forward_sources, holds_several_forwards
+from ...core.generation import CacheFacts, cache_facts, fed_tokens, input_length, picked_tokens, token_margins
+from ...core.load import load_trace
+from ...core.trace import Trace
 from .cache_check import CacheDivergence, cache_difference, cache_user
-from .comparison import Comparison
-from .comparison import compare as compare_forward
+from ..comparison import Comparison
+from ..comparison import compare as compare_forward
 from .steps import StepResult, StepsComparison
 
 _ACCEPTS = "a Trace, a trace file or folder, a list of Traces or paths, or a Recorder"
@@ -100,7 +100,7 @@ def compare(
         if holds_several(a):
             raise ValueError("a live port can be compared with one forward of the reference; for several "
                              "(generate), trace the port too and compare the two runs")
-        from .live import compare_live
+        from ..replay.live import compare_live
 
         return compare_live(a, b, replay=replay, **options)
     if holds_several(a) or holds_several(b):

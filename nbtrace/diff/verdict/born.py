@@ -14,19 +14,19 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from ..core.node import Node
+from ...core.node import Node
 from .divergence import FirstDivergence, b_only_between, unobserved_between
 from .evidence import CallDifference
 from .files_verdict import UNKNOWN_INPUTS, FileVerdict
 from .findings import Finding, Verdict
-from .flow import Slot
-from .metrics import TensorDiff
-from .rounding import B_CODE, B_LEAF, brief, confidence
+from ..align.flow import Slot
+from ..measure.metrics import TensorDiff
+from ..measure.rounding import B_CODE, B_LEAF, brief, confidence
 from .weights import serious_inside
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .comparison import Comparison
-    from .replay import Replayed
+    from ..comparison import Comparison
+    from ..replay.replay import Replayed
 
 
 def judge_from_files(comparison: Comparison) -> FileVerdict:

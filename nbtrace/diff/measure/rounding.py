@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from .evidence import Evidence
+from ..verdict.evidence import Evidence
 from .noise import DiffStats, dtype_name
 
 CERTAIN = 3.0  # a score this many times its threshold is "certain"

@@ -23,13 +23,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..capture.context import trace
-from ..core.load import load_trace
-from ..core.trace import Trace
-from .born import apply_verdict, replay_divergence
+from ...capture.context import trace
+from ...core.load import load_trace
+from ...core.trace import Trace
+from ..verdict.born import apply_verdict, replay_divergence
 from .callargs import Unreplayable, rebuild
-from .comparison import Comparison, compare
-from .noise import padding_rows
+from ..comparison import Comparison, compare
+from ..measure.noise import padding_rows
 from .replay import Replayer
 from .replay_verdict import replay_verdict, with_fallback
 

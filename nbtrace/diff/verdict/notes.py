@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..core.structure import has_pruning_gaps
-from .noise import dtype_name
+from ...core.structure import has_pruning_gaps
+from ..measure.noise import dtype_name
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .comparison import Comparison
+    from ..comparison import Comparison
 
 #: Below this share of a's calls aligned with b, "agree" is not said: the verdict is "unresolved".
 MIN_COVERAGE = 0.5
@@ -47,7 +47,7 @@ def comparison_notes(comparison: Comparison) -> list[str]:
         notes.append(f"{len(ambiguous)} pair(s) of calls could not be told apart by structure and were paired by "
                      f"their values ({shown}{'…' if len(ambiguous) > 3 else ''}): pass rename= to pair them by path")
     if comparison.rename is not None and comparison.alignment.method == "rename":
-        from .align import align
+        from ..align.align import align
 
         without = len(align(comparison.a, comparison.b, None, comparison.flows).pairs)
         if without > len(comparison.matches):
