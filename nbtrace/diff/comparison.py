@@ -90,12 +90,16 @@ class Comparison:
         self._flows = flows
         self._measured = measured
         #: how the first divergence was found: "files" (full tensors: own vs inherited difference against
-        #: rounding), "replay" (the port run on the reference's inputs) or "tolerance" (per-element tolerance)
+        #: rounding), "replay" (the port run on the reference's inputs), "live" (both modules run in float64 on
+        #: the reference's inputs) or "tolerance" (per-element tolerance); ``decided_by`` says it in words
         self.method = "tolerance"
         #: calls that came close to a flag without reaching it: (module path in a, score), closest first
         self.suspects: list[tuple[str, float]] = []
         #: what replay did (``live.ReplayReport``), when b was a live module
         self.replay = None
+        #: (a's module path, reason) where the verdict from files without measured rounding stops: a
+        #: difference beyond a model of rounding that nothing measured proves (``verdict == "unresolved"``)
+        self.unresolved: tuple[str, str] | None = None
         self.first_divergence: FirstDivergence | None = None
         self._judge: FileVerdict | None = None  # the verdict from files, kept for replay
         self._files_verdict: Verdict | None = None
@@ -148,7 +152,25 @@ class Comparison:
         could be aligned or compared to say either (see ``coverage`` and ``notes``)."""
         if self.first_divergence is not None:
             return "diverge"
+        if self.unresolved is not None:
+            return "unresolved"
         return "agree" if self.compared > 0 and self.coverage >= MIN_COVERAGE else "unresolved"
+
+    @property
+    def decided_by(self) -> str | None:
+        """Which rule decided: "both live", "replayed", "measured rounding" (two trace folders that measured
+        their rounding), "files, unmeasured", or None (a per-element tolerance, ``method == "tolerance"``)."""
+        if self.method == "replay":
+            return "both live" if getattr(self.replay, "both_live", False) else "replayed"
+        if self.method == "files":
+            measured = self._judge is not None and self._judge.measured_places > 0
+            return "measured rounding" if measured else "files, unmeasured"
+        return None
+
+    @property
+    def numerics(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """What each side computed with (``trace.numerics``: TF32 flags, attention backends, device...)."""
+        return getattr(self.a, "numerics", None) or {}, getattr(self.b, "numerics", None) or {}
 
     @property
     def resolution(self) -> str | None:

@@ -1,11 +1,17 @@
-"""The tests of "more than rounding", shared by the verdict from files and by replay, and their thresholds.
+"""The rules of "more than rounding": rounding is measured against a float64 truth, never modelled.
 
-Every test turns a statistic into a ``score`` = statistic / threshold (``Evidence``): a
-score >= 1 says "not rounding", >= ``CERTAIN`` says so with certainty. Thresholds were set
-on correct ports (transformers' Llama, eager attention against sdpa, random weights,
-bf16/fp16/fp32) at about twice the largest value seen there, and checked on a held-out
-seed, on inputs with and without padding, and on two other port structures
-(``benchmarks/bench_precision.py`` prints the margins).
+Every rule compares RMS norms (absolute, over the finite elements), so the triangle inequality
+does the arguing: if two results each lie within ``e`` of their own float64 truth, the truths lie
+within ``d + 2e`` of each other. A rule turns that into ``Evidence`` with ``score`` = difference /
+allowed; a score above 1 PROVES that the two functions differ (``DECISIVE``). ``k`` is named in
+every sentence: 2 where both sides' rounding is measured, 3 where the port's own rounding stands in
+for the reference's (as flash-attention's kernel tests and ``torch._dynamo.utils.same(fp64_ref)``
+do). The ``floor`` is a few float32 ulps of the result's scale: a float64 re-run is only as precise
+as the lowest cast inside the module (``.to(torch.float32)`` in a norm makes its truth float32-exact).
+
+Where nothing was measured (two trace folders recorded without ``measure_rounding``), the only
+test left is a model of rounding (``magnitude``); it never names a module on its own (it is not
+``DECISIVE``): a difference beyond it leaves the comparison "unresolved" at that call.
 """
 
 from __future__ import annotations
@@ -15,20 +21,18 @@ import math
 from ..verdict.evidence import Evidence
 from .noise import DiffStats, dtype_name
 
-CERTAIN = 3.0  # a score this many times its threshold is "certain"
+CERTAIN = 3.0  # a score this many times the allowed difference is "certain"
 SUSPECT = 0.9  # a call scoring this close to a flag is named as a suspect
-# magnitude: what correct code may do to a relative error it is handed (K) and add to it (B, units of u)
-K_LEAF, K_CODE = 1.3, 1.6  # measured on correct ports: leaves 1.2-1.3, a call's own code 1.4 (a product)
-B_LEAF, B_CODE, B_INPUTS = 1.0, 4.0, 1.0  # a call's own code is several operations: eager vs sdpa up to 1.7 u
 U32 = 2.0**-24
-# coherence of a difference (files: net of the inputs'; replay: of the port's math against the reference)
-SCALE_Z = 7.0  # correct ports: global-scale |z| up to 3.5 (files), 4.2 (replay)
-VALUE_Z = 35.0  # correct ports: value-bin chi-square z up to 19 (files), 16 (replay)
-COHERENCE_ELEMENTS = 256  # fewer elements make the scale and value statistics unreliable: not tested
-SYSTEMATIC_FLOOR = 2.0  # a systematic part must exceed this many roundings of the reference's internal precision
-# replay
-MATH_RATIO = 1.6  # correct ports: port in float64 vs reference at most 1.16x the port's own rounding
-ROWS_FREE = 30.0  # lost precision: the port's rounding row chi-square z > 3x the reference's + this
+#: the floor: this many float32 unit roundoffs of the result's RMS (the truth's own precision)
+FLOOR_ULPS = 4.0
+K_MEASURED = 2.0  # both sides' rounding measured
+K_STAND_IN = 3.0  # the port's rounding stands in for the reference's
+#: tests whose flag proves a difference of function (the others only say "unresolved")
+DECISIVE = frozenset({"broken", "exact", "weights", "proven", "replayed", "live"})
+# the model of rounding for files without measurements (an "unresolved" hint, never decisive)
+K_LEAF, K_CODE = 1.3, 1.6
+B_LEAF, B_CODE, B_INPUTS = 1.0, 4.0, 1.0
 
 
 def confidence(score: float) -> str:
@@ -36,30 +40,28 @@ def confidence(score: float) -> str:
     return "certain" if score >= CERTAIN else "likely"
 
 
+def floor(scale: float) -> float:
+    """The smallest difference a rule can resolve at a result of RMS ``scale``."""
+    return FLOOR_ULPS * U32 * scale
+
+
+def number(value: float) -> str:
+    """An RMS norm in a sentence."""
+    return f"{value:.2g}" if value and math.isfinite(value) else ("0" if value == 0 else str(value))
+
+
 def brief(evidence: Evidence) -> str:
     """A test's numbers in a few words, for the reason of a verdict (``Evidence.sentence`` says it in full)."""
     stat, limit = evidence.statistic, evidence.threshold
-    words = {
-        "magnitude": f"{stat:.3g} u where rounding allows {limit:.3g} u",
-        "math": f"{stat:.3g} u off in float64 where rounding allows {limit:.3g} u",
-        "scale": f"a global scale, z = {stat:.3g} against {limit:.3g}",
-        "values": f"a trend with the value, z = {stat:.3g} against {limit:.3g}",
-        "precision": f"its rounding shared along rows, z = {stat:.0f} against {limit:.0f}",
-        "broken": evidence.sentence,
-    }
-    return words.get(evidence.test, evidence.sentence)
-
-
-def internal_u(u: float) -> float:
-    """The precision the reference computes in inside an op: float32 for half-precision models (matmuls
-    accumulate, norms and softmax upcast in float32), the dtype itself otherwise. A systematic difference
-    smaller than a few of these can be the reference's own rounding (a biased rsqrt), not a bug."""
-    return min(u, U32)
+    if evidence.test in ("proven", "replayed", "live"):
+        return f"{number(stat)} (RMS) where measured rounding allows {number(limit)}"
+    if evidence.test == "magnitude":
+        return f"{stat:.3g} u where a model of rounding allows {limit:.3g} u"
+    return evidence.sentence
 
 
 def accumulation(length: int, u: float) -> float:
-    """Rounding of a sum of ``length`` terms accumulated in float32 (as matmuls do), in units of ``u``:
-    nothing next to one bfloat16 rounding, 8 u in float32 for 64 terms."""
+    """Rounding of a sum of ``length`` terms accumulated in float32, in units of ``u`` (the model's part)."""
     return math.sqrt(max(length, 1)) * U32 / u if u > 0 else 0.0
 
 
@@ -70,64 +72,52 @@ def _ratio(statistic: float, threshold: float) -> float:
 
 
 def magnitude(d: DiffStats, e_in: float, k: float, b: float, what: str) -> Evidence:
-    """The difference against what the inherited ``e_in`` and ``b`` more roundings allow: ``√((k·e_in)² + (b·u)²)``."""
+    """Files without measurements: the relative difference against what a model of rounding allows,
+    ``√((k·e_in)² + (b·u)²)``. Not decisive: beyond it, the call is where the comparison is unresolved."""
     allowed = math.hypot(k * e_in, b * d.u)
     u = d.u or 1.0
     sentence = (
-        f"{what} differ by {d.rel:.3g} relative RMS ({d.ulps:.3g} u of {dtype_name(d.u)}); the difference it was "
-        f"handed ({e_in / u:.3g} u) and its own rounding allow {allowed / u:.3g} u"
+        f"{what} differ by {d.rel:.3g} relative RMS ({d.ulps:.3g} u of {dtype_name(d.u)}); a model of rounding "
+        f"(not measured) allows {allowed / u:.3g} u given the {e_in / u:.3g} u it was handed"
     )
     return Evidence("magnitude", d.rel / u, allowed / u, _ratio(d.rel, allowed), sentence)
 
 
-def coherence(d: DiffStats, inputs: list[DiffStats], what: str, source: str = "files") -> list[Evidence]:
-    """Scale and value tests on ``d``, each net of the same statistic of the ``inputs`` (what a
-    correct computation passes on); the systematic part must also exceed ``SYSTEMATIC_FLOOR`` roundings of
-    the reference's internal precision, and ``d`` hold at least ``COHERENCE_ELEMENTS`` elements."""
-    found: list[Evidence] = []
-    if d.n < COHERENCE_ELEMENTS:
-        return found
-    floor = SYSTEMATIC_FLOOR * internal_u(d.u)
-    in_scale = max((abs(x.scale_z) for x in inputs if math.isfinite(x.scale_z)), default=0.0)
-    if math.isfinite(d.scale_z):
-        z = abs(d.scale_z)
-        threshold = max(SCALE_Z, 2 * in_scale, z * floor / abs(d.scale) if d.scale else math.inf)
-        score = _ratio(z, threshold)
-        numbers = (f"b is the reference times (1{d.scale:+.3g}), z = {d.scale_z:+.1f} against {threshold:.3g} "
-                   f"(its inputs' largest |z| {in_scale:.1f})")
-        sentence = (f"{what}: {numbers}; rounding has no preferred direction" if score >= 1
-                    else f"{what}: no scale beyond rounding: {numbers}")  # a sentence says what the numbers show
-        found.append(Evidence("scale", z, threshold, score, sentence, source))
-    in_value = max((x.value_z for x in inputs), default=0.0)
-    threshold = max(VALUE_Z, 2 * in_value, d.value_z * floor / d.trend if d.trend > 0 else math.inf)
-    score = _ratio(d.value_z, threshold)
-    numbers = (f"binned by the reference's value, chi-square z = {d.value_z:.1f} against {threshold:.3g}, its inputs' "
-               f"{in_value:.1f}; a trend of {d.trend:.2g} relative")
-    sentence = (f"{what}: its difference depends on the value ({numbers}); rounding averages to zero in every bin"
-                if score >= 1 else f"{what}: no trend with the value beyond rounding ({numbers})")
-    found.append(Evidence("values", d.value_z, threshold, score, sentence, source))
-    return found
-
-
-def replay_math(math_rel: float, rounding_rel: float, ideal_rel: float, u: float) -> Evidence:
-    """Replay: the port computed in float64 against the reference's output, beside the port's own rounding."""
-    base = max(rounding_rel, ideal_rel)
-    threshold = MATH_RATIO * base
+def proven(d: DiffStats, acc_a: float, acc_b: float, scale: float, what: str) -> Evidence:
+    """Files, both sides measured: ``‖a − b‖ > k (acc_a + acc_b) + floor`` proves the float64 truths differ."""
+    allowed = K_MEASURED * (acc_a + acc_b) + floor(scale)
     sentence = (
-        f"run on the reference's inputs in float64 the port differs from the reference's output by "
-        f"{math_rel / u:.3g} u, where its own rounding is {rounding_rel / u:.3g} u and one rounding of the exact "
-        f"result {ideal_rel / u:.3g} u (limit {threshold / u:.3g} u)"
+        f"{what} differ by {number(d.rms)} (RMS) where the reference's measured rounding is {number(acc_a)}, "
+        f"the port's {number(acc_b)}, and k = {K_MEASURED:g} allows {number(allowed)}"
     )
-    return Evidence("math", math_rel / u, threshold / u, _ratio(math_rel, threshold), sentence, "replay")
+    return Evidence("proven", d.rms, allowed, _ratio(d.rms, allowed), sentence)
 
 
-def replay_precision(port_rows: float, reference_rows: float, own_ulps: float) -> Evidence:
-    """Replay: the port's rounding shared along rows far more than the reference's (a per-row statistic kept in
-    the model dtype, not float32)."""
-    threshold = 3 * max(reference_rows, 0.0) + ROWS_FREE
+def replayed(difference: float, reference_own: float | None, port_own: float, one: float, scale: float) -> Evidence:
+    """Replay: the port's float64 result ``T_b`` against the reference's output ``y_a``.
+
+    ``reference_own`` measured (``own`` of the reference's trace): k = 2 times it; else the port's own
+    rounding ``‖p − T_b‖`` (at least one rounding of ``T_b`` to the dtype) stands in, k = 3.
+    """
+    if reference_own is not None:
+        k, e, whose = K_MEASURED, reference_own, "the reference's own rounding"
+    else:
+        k, e, whose = K_STAND_IN, max(port_own, one), "the port's own rounding (standing in for the reference's)"
+    allowed = k * e + floor(scale)
     sentence = (
-        f"the port's own rounding is shared along rows (chi-square z = {port_rows:.0f} against {threshold:.0f}; "
-        f"the reference's {reference_rows:.0f}): a per-row statistic (a variance, a maximum) computed in the model "
-        f"dtype instead of float32; its own difference is {own_ulps:.3g} u"
+        f"the port's float64 result differs from the reference's output by {number(difference)} (RMS) where "
+        f"{whose} is {number(e)} and k = {k:g} allows {number(allowed)}"
     )
-    return Evidence("precision", port_rows, threshold, _ratio(port_rows, threshold), sentence, "replay")
+    return Evidence("replayed", difference, allowed, _ratio(difference, allowed), sentence, "replay")
+
+
+def live(difference: float, r_a: float, r_b: float, scale: float) -> Evidence:
+    """Both sides live: the two float64 results ``T_a``, ``T_b`` on the same inputs, against k = 2 times the
+    truths' own precision (each side's float32 result against its float64 one)."""
+    allowed = K_MEASURED * (r_a + r_b) + floor(scale)
+    sentence = (
+        f"run in float64 on the same inputs, the port's result differs from the reference's by "
+        f"{number(difference)} (RMS) where the truths' own precision is {number(r_a)} (reference) and "
+        f"{number(r_b)} (port), and k = {K_MEASURED:g} allows {number(allowed)}"
+    )
+    return Evidence("live", difference, allowed, _ratio(difference, allowed), sentence, "live")

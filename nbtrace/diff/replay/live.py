@@ -1,12 +1,17 @@
-"""``compare(reference, port)`` with a live port module: trace it on the reference's inputs, then replay.
+"""``compare`` with live modules: the port alone (replay), or the reference and the port (both live).
 
-The port runs on the reference trace's recorded top-level inputs (the reference must hold
-full tensors: ``use_repr=False``), traced into a temporary folder that lives as long as the
-comparison. The comparison of the two traces gives the verdict from files; then every
-aligned port module is run again on the inputs the reference recorded for that call
-(``replay.py``), and the verdict from replay (``replay_verdict.py``) replaces it, except
-where the call the files name could not be replayed (the notes say so). The tracer's
-wrappers are removed when tracing ends, also when the port raises; replay adds none.
+``compare(reference, port_module)``: the port runs on the reference trace's recorded top-level
+inputs (the reference must hold full tensors: ``use_repr=False``), traced into a temporary folder
+that lives as long as the comparison. The comparison of the two traces gives the verdict from files;
+then every aligned port module is run again on the inputs the reference recorded for that call
+(``replay.py``), and the verdict from replay (``replay_verdict.py``) replaces it, except where the
+call the files name could not be replayed (the notes say so).
+
+``compare(reference_module, port_module, inputs=...)``: both are traced on the same inputs
+(``(args, kwargs)``, a dict of keywords, or one tensor), aligned, and each aligned pair is run in
+float64 on the reference's recorded inputs, so what is left between them is semantic.
+
+The tracer's wrappers are removed when tracing ends, also when a module raises; replay adds none.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ class ReplayReport:
     answered_by: str = "replay"  # "replay", or "files" where the call the files name could not be replayed
     note: str | None = None
     seconds: float = 0.0
+    both_live: bool = False  # the reference module was live too
 
 
 def top_level_inputs(reference: Trace, port: nn.Module) -> tuple[tuple[Any, ...], dict[str, Any]]:
@@ -66,29 +72,66 @@ def top_level_inputs(reference: Trace, port: nn.Module) -> tuple[tuple[Any, ...]
     return args, kwargs
 
 
+def as_call(inputs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """``inputs`` of ``compare(..., inputs=)`` as ``(args, kwargs)``: a tensor, a dict of keywords, or a pair."""
+    if isinstance(inputs, torch.Tensor):
+        return (inputs,), {}
+    if isinstance(inputs, Mapping):
+        return (), dict(inputs)
+    if isinstance(inputs, tuple) and len(inputs) == 2 and isinstance(inputs[1], Mapping):
+        return tuple(inputs[0]), dict(inputs[1])
+    raise TypeError(f"inputs must be a tensor, a dict of keyword arguments or (args, kwargs); got "
+                    f"{type(inputs).__name__}")
+
+
+def _traced(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], who: str) -> tuple[Trace, str]:
+    """``module`` traced with full tensors into a temporary folder (removed if it raises)."""
+    folder = tempfile.mkdtemp(prefix=f"nbtrace-{who}-")
+    try:
+        with torch.no_grad(), trace(module, debug_path=folder, use_repr=False, do_prune_layers=False) as recorder:
+            module(*args, **kwargs)
+    except Exception as exc:
+        shutil.rmtree(folder, ignore_errors=True)
+        shown = ", ".join([f"args.{i}" for i in range(len(args))] + list(kwargs))
+        raise RuntimeError(f"running the {who} {type(module).__name__} on the reference's recorded inputs "
+                           f"({shown}) raised {type(exc).__name__}: {exc}") from exc
+    assert recorder.trace is not None
+    return recorder.trace, folder
+
+
+def compare_both_live(reference: nn.Module, port: nn.Module, inputs: Any, *,
+                      rename: Mapping[str, str] | None = None, **options: Any) -> Comparison:
+    """Trace the reference and the port on the same ``inputs``, align them, and run each aligned pair in
+    float64 on the reference's recorded inputs (``method == "replay"``, ``decided_by == "both live"``)."""
+    args, kwargs = as_call(inputs)
+    a, folder = _traced(reference, args, kwargs, "reference")
+    try:
+        comparison = _compare_replayed(a, port, options.pop("replay", "all"), rename, options, reference=reference)
+    except Exception:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    weakref.finalize(comparison, shutil.rmtree, folder, True)
+    return comparison
+
+
 def compare_live(reference: Any, port: nn.Module, *, replay: bool | str = True,
                  rename: Mapping[str, str] | None = None, **options: Any) -> Comparison:
     """Trace ``port`` on the reference's top-level inputs, compare, and replay (``replay``: True or "auto",
     "leaves", "all", or False for the verdict from files alone)."""
     a = load_trace(reference)
+    return _compare_replayed(a, port, replay, rename, options)
+
+
+def _compare_replayed(a: Trace, port: nn.Module, replay: bool | str, rename: Mapping[str, str] | None,
+                      options: dict[str, Any], reference: nn.Module | None = None) -> Comparison:
     args, kwargs = top_level_inputs(a, port)
-    folder = tempfile.mkdtemp(prefix="nbtrace-port-")
-    try:
-        with torch.no_grad(), trace(port, debug_path=folder, use_repr=False, do_prune_layers=False) as recorder:
-            port(*args, **kwargs)
-    except Exception as exc:
-        shutil.rmtree(folder, ignore_errors=True)
-        shown = ", ".join([f"args.{i}" for i in range(len(args))] + list(kwargs))
-        raise RuntimeError(f"running the port {type(port).__name__} on the reference's recorded inputs ({shown}) "
-                           f"raised {type(exc).__name__}: {exc}") from exc
-    b = recorder.trace
-    assert b is not None
+    b, folder = _traced(port, args, kwargs, "port")
     comparison = compare(a, b, rename=rename, **options)
     weakref.finalize(comparison, shutil.rmtree, folder, True)
     if replay is False:
         return comparison
     scope = "auto" if replay is True else str(replay)
-    report = ReplayReport(scope)
+    report = ReplayReport(scope, both_live=reference is not None)
     comparison.replay = report
     if comparison.method != "files" or comparison._judge is None or comparison._files_verdict is None:
         report.answered_by = "files"
@@ -96,7 +139,7 @@ def compare_live(reference: Any, port: nn.Module, *, replay: bool | str = True,
         return comparison
     start = time.perf_counter()
     valid = padding_rows(a, comparison.flows[0].cache)
-    results = Replayer(port, comparison.flows, comparison.matches, valid, scope).run()
+    results = Replayer(port, comparison.flows, comparison.matches, valid, scope, reference=reference).run()
     report.seconds = time.perf_counter() - start
     report.replayed = [r.a.module_path for r in results if r.problem is None]
     report.skipped = {r.a.module_path: r.problem for r in results if r.problem is not None}

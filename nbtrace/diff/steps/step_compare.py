@@ -77,6 +77,7 @@ def compare(
     ignore: str | None = None,
     check_cache: bool = True,
     replay: bool | str = True,
+    inputs: Any = None,
     **options: Any,
 ) -> Comparison | StepsComparison:
     """Compare ``b`` against the reference ``a``: a Comparison for two single forwards, else a StepsComparison.
@@ -94,8 +95,22 @@ def compare(
     ``b`` may be the port itself, a live ``nn.Module`` (``a`` one forward with full tensors): it is run on
     a's recorded top-level inputs, traced, and each aligned module is replayed on the inputs a recorded
     for that call (``live.py``); ``replay`` limits that ("leaves", "all"; False: the verdict from files).
+
+    Both may be live modules, with ``inputs`` (a tensor, a dict of keywords, or ``(args, kwargs)``): both are
+    traced on them, aligned, and each aligned pair is run in float64 on the reference's recorded inputs
+    (``decided_by == "both live"``).
     """
     options.update(rename=rename, rtol=rtol, atol=atol, ignore=ignore)
+    if isinstance(a, nn.Module):
+        if not isinstance(b, nn.Module) or inputs is None:
+            raise ValueError("a live reference module needs a live port module and inputs=: "
+                             "compare(reference_module, port_module, inputs=(args, kwargs) or a dict or a tensor)")
+        from ..replay.live import compare_both_live
+
+        return compare_both_live(a, b, inputs, replay="all" if replay is True else replay, **options)
+    if inputs is not None:
+        raise ValueError("inputs= is for two live modules (compare(reference_module, port_module, inputs=...)); "
+                         "with a trace as the reference the port runs on its recorded inputs")
     if isinstance(b, nn.Module):
         if holds_several(a):
             raise ValueError("a live port can be compared with one forward of the reference; for several "

@@ -46,6 +46,9 @@ def apply_verdict(comparison: Comparison, judge: FileVerdict, verdict: Verdict,
     if divergence is None and verdict.state == "diverge" and verdict.finding is not None:
         divergence = file_divergence(comparison, judge, verdict.finding)
     comparison.first_divergence = divergence
+    comparison.unresolved = None
+    if verdict.state == "unresolved" and verdict.finding is not None:
+        comparison.unresolved = (verdict.finding.node.module_path, verdict.reason)
     seen: set[str] = set()
     comparison.suspects = []
     for finding in verdict.suspects:
