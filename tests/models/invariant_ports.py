@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from transformers import AttentionInterface, LlamaConfig, LlamaForCausalLM
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
-from transformers.models.llama.modeling_llama import apply_rotary_pos_emb, repeat_kv
+from transformers.models.llama.modeling_llama import apply_rotary_pos_emb, eager_attention_forward, repeat_kv
 
 ROOT = "LlamaForCausalLM"
 P = f"{ROOT}.model"
@@ -31,7 +31,8 @@ def build(width: int = 256, dtype: torch.dtype = torch.float32, seed: int = 0, l
     heads = width // 64
     config = LlamaConfig(vocab_size=256, hidden_size=width, intermediate_size=2 * width, num_hidden_layers=layers,
                          num_attention_heads=heads, num_key_value_heads=max(heads // 2, 1), hidden_act="gelu",
-                         max_position_embeddings=256, attn_implementation="eager", rms_norm_eps=1e-6)
+                         max_position_embeddings=256, attn_implementation="eager", rms_norm_eps=1e-6,
+                         use_cache=False)
     model = LlamaForCausalLM(config)
     with torch.no_grad():  # larger weights than the 0.02 default, so activations are not all tiny
         for module in model.modules():
@@ -140,7 +141,7 @@ class FusedQKVAttention(nn.Module):
         q, k, v = (t.reshape(shape).transpose(1, 2) for t in (q, k, v))
         cos, sin = position_embeddings
         q, k = apply_rotary_pos_emb(q, k, cos, sin)
-        attention = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, None)
+        attention = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager_attention_forward)
         out, weights = attention(self, q, k, v, attention_mask, dropout=0.0, scaling=self.scaling, **kwargs)
         return self.o_proj(out.reshape(*hidden_states.shape[:-1], -1).contiguous()), weights
 

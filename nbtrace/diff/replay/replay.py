@@ -39,7 +39,7 @@ from ...core.node import Node
 from ...core.tensor import TensorValue
 from .callargs import Unreplayable, rebuild, tensors_of
 from ..align.flow import Flow
-from ..measure.measured import measured_of
+from ..measure import measured
 from ..measure.noise import DiffStats, as_matrix, diff_stats, relative, unit_roundoff
 from .exact import cast, copy_in, device_of, exact_numerics, float64_copy, to_device
 
@@ -226,8 +226,7 @@ class Replayer:
         result.one = _rms(port64.to(port_out.dtype), port64, self.valid)
         result.scale = result.math.norm if result.math.norm else _rms(port64, torch.zeros_like(port64), self.valid)
         if slot.io == "output" and slot.node is result.a:
-            measured = getattr(measured_of(result.a).get(slot.arg), "own", None)
-            result.reference_own = measured
+            result.reference_own = getattr(measured.measured_of(result.a).get(slot.arg), "own", None)
 
 
 def _exact(module: nn.Module, dtype: torch.dtype, args: Any, kwargs: Any) -> Any:

@@ -22,6 +22,7 @@ import math
 from typing import TYPE_CHECKING
 
 from ...core.dtypes import is_float
+from ...core.node import Node
 from ...core.tensor import TensorValue
 from .evidence import Evidence
 from .findings import Finding, Verdict
@@ -174,8 +175,11 @@ class FileVerdict:
         both = self._accumulated(slot)
         if both is not None:
             (acc_a, scale), (acc_b, _) = both
-            finding.evidence.append(proven(d, acc_a, acc_b, scale or d.norm, what))
+            evidence = proven(d, acc_a, acc_b, scale or d.norm, what)
+            finding.evidence.append(evidence)
             self.measured_places += 1
+            if evidence.score >= 1:
+                return self._widened(finding, producer, readable)
         else:
             k, b = self._allowance(producer)
             longest = max((s.tensor.shape[-1] for s in readable), default=1)
@@ -183,6 +187,25 @@ class FileVerdict:
         finding.own = math.sqrt(max(d.rel**2 - e_in**2, 0.0))  # beyond what it was handed, passed on as is
         if d.rel > 0 and producer.kind != "inputs":
             finding.evidence.extend(self._weight_evidence(producer))
+        return finding
+
+    def _widened(self, finding: Finding, producer: Producer, readable: list[Slot]) -> Finding:
+        """A proven difference whose producer read a tensor that differs and was not measured (code between
+        modules, e.g. attention's core inside ``self_attn``, made it): it was not proven right, so the difference
+        is born in that code or here. The finding names the innermost call that holds both."""
+        for s in readable:
+            before = self.stats(s) if is_float(s.tensor.dtype) else None
+            upstream = s.source.producer
+            if before is None or before.rel == 0 or upstream is None or self._accumulated(s) is not None:
+                continue
+            node = _common(upstream.node, producer.node)
+            if node is producer.node:
+                continue
+            widened = upstream if node is upstream.node else Producer(node, "glue", producer.event, [finding.slot],
+                                                                     producer.inputs)
+            finding.node, finding.producer = node, widened
+            finding.note = f"{s.node.module_path}'s {s.io} {s.arg} differs and was not measured"
+            return finding
         return finding
 
     def _accumulated(self, slot: Slot) -> tuple[tuple[float, float], tuple[float, float]] | None:
@@ -283,3 +306,9 @@ class FileVerdict:
             + ("both traces measured" if self.measured_places else f"of {dtype_name(u)}")
         )
         return Verdict("files", "rounding", reason=reason, findings=findings)
+
+
+def _common(a: Node, b: Node):
+    """The innermost call holding both ``a`` and ``b`` (one of them when it holds the other)."""
+    held = {id(n) for n in (a, *a.ancestors())}
+    return next((n for n in (b, *b.ancestors()) if id(n) in held), a)
