@@ -85,6 +85,18 @@ NOTHING_COMPARED = "nothing could be compared (no aligned tensors with data on b
 CONFIDENCE_WORDS = {"certain": "certain", "likely": "likely"}
 #: calls the verdict found close to a flag without reaching it (``Comparison.suspects``)
 SUSPECTS_WORDS = "close to a flag"
+# -- which rule decided a verdict (``Comparison.decided_by``), and what each run computed with ------------
+DECIDED_BY_LABEL = "decided by"
+DECIDED_BY_WORDS = {
+    "both live": "both live (each aligned pair run in float64 on the reference's inputs; k = 2)",
+    "replayed": "replayed (the port run on the reference's inputs, against its float64 result; k = 3, or 2 where "
+                "the reference measured its rounding)",
+    "measured rounding": "measured rounding (both traces measured their rounding against float64; k = 2)",
+    "files, unmeasured": "files, unmeasured (no rounding measured: a module is named only on evidence no correct "
+                         "kernel produces)",
+}
+NUMERICS_LABEL = "numerics"
+UNRESOLVED_AT = "unresolved at {path}"
 
 # -- one call's difference (``diff.verdict.evidence.CallDifference``) and the evidence of a verdict ---------
 UNIT = "u"

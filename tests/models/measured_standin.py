@@ -59,7 +59,8 @@ def _rms(x: torch.Tensor) -> float:
 def measure(model: nn.Module, inputs: dict[str, Any]) -> dict[str, dict[str, SimpleNamespace]]:
     """``module name -> place -> (own, acc, scale, one)`` of one forward against its float64 shadow."""
     wide = copy.deepcopy(model).to(torch.float64)
-    low, high = _outputs(model, inputs), _outputs(wide, inputs)
+    upcast = {k: v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v for k, v in inputs.items()}
+    low, high = _outputs(model, inputs), _outputs(wide, upcast)
     result: dict[str, dict[str, SimpleNamespace]] = {}
     for name, places in low.items():
         for place, y in places.items():

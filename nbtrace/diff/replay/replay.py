@@ -69,6 +69,7 @@ class Replayed:
     reference_own: float | None = None  # ‖y_a − T_a‖: measured by the reference's trace, or live
     live: tuple[float, float, float] | None = None  # both live: (‖T_a − T_b‖, r_a, r_b)
     device: str = "cpu"
+    ambiguous: bool = False  # a call with children whose possible recorded outputs disagree (the closest was used)
     output_tensor: torch.Tensor | None = None  # that tensor
     output: str = ""  # which recorded tensor of a stood for the reference's output
     numbers: tuple[float, float, float | None] = (0.0, 0.0, None)  # max_abs, max_rel, cosine of port(x) vs ref
@@ -210,6 +211,7 @@ class Replayer:
             result.problem = "the reference recorded no output of this shape for this call"
             return
         slot, ref = min(loaded, key=lambda item: relative(item[1], port64, self.valid))
+        result.ambiguous = any(not torch.equal(t, ref) for _, t in loaded)
         if result.a.children and relative(ref, port64, self.valid) > _FAR:
             result.problem = "its output matches none of the reference's recorded tensors"
             return

@@ -55,9 +55,15 @@ def replay_verdict(results: list[Replayed]) -> Verdict:
 def with_fallback(replayed: Verdict, results: list[Replayed], files: Verdict) -> tuple[Verdict, str | None]:
     """Replay's answer, or the files' where replay could not run the call the files name (or a call holding it)
     and replay found nothing earlier; returns the verdict and a note saying which answered, if the files did."""
+    by_node = {id(r.a): r for r in results}
+    if files.state == "unresolved" and files.finding is not None and replayed.state == "rounding":
+        held = by_node.get(id(files.finding.node))
+        if held is None or held.problem is not None or held.ambiguous:
+            why = ("its output was not recorded and the tensors that may be it disagree" if held is not None
+                   and held.problem is None else (held.problem if held is not None else "it was not replayed"))
+            return files, f"replay cannot settle {files.finding.node.module_path} ({why})"
     if files.state != "diverge" or files.finding is None:
         return replayed, None
-    by_node = {id(r.a): r for r in results}
     node = files.finding.node
     chain = [node, *node.ancestors()]
     blocked = next((n for n in chain if id(n) in by_node and by_node[id(n)].problem is not None), None)
