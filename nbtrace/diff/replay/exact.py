@@ -75,18 +75,27 @@ def float64_copy(module: nn.Module) -> nn.Module:
 
 @contextlib.contextmanager
 def exact_numerics() -> Iterator[None]:
-    """TF32 off and the math attention backend while the block runs; every flag restored afterwards."""
-    matmul, cudnn = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    precision = torch.get_float32_matmul_precision()
+    """TF32 off (float32 matmul precision "highest", cuDNN's TF32 flag off) and the math attention backend while
+    the block runs; every flag restored afterwards, also when the block raises. Where a program mixed torch's
+    legacy and new TF32 settings (torch then refuses to report the precision), the legacy flag is saved instead."""
     try:
-        torch.backends.cuda.matmul.allow_tf32 = False
+        precision: str | None = torch.get_float32_matmul_precision()
+    except RuntimeError:
+        precision = None
+    matmul, cudnn = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    try:
+        if precision is not None:
+            torch.set_float32_matmul_precision("highest")
+        else:
+            torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
-        torch.set_float32_matmul_precision("highest")
         with _math_attention():
             yield
     finally:
-        torch.set_float32_matmul_precision(precision)  # first: it sets the matmul TF32 flag too
-        torch.backends.cuda.matmul.allow_tf32 = matmul
+        if precision is not None:
+            torch.set_float32_matmul_precision(precision)
+        else:
+            torch.backends.cuda.matmul.allow_tf32 = matmul
         torch.backends.cudnn.allow_tf32 = cudnn
 
 

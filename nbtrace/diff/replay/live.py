@@ -106,7 +106,7 @@ def compare_both_live(reference: nn.Module, port: nn.Module, inputs: Any, *,
     args, kwargs = as_call(inputs)
     a, folder = _traced(reference, args, kwargs, "reference")
     try:
-        comparison = _compare_replayed(a, port, options.pop("replay", "all"), rename, options, reference=reference)
+        comparison = _compare_replayed(a, port, options.pop("replay", True), rename, options, reference=reference)
     except Exception:
         shutil.rmtree(folder, ignore_errors=True)
         raise

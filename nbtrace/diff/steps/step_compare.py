@@ -107,7 +107,7 @@ def compare(
                              "compare(reference_module, port_module, inputs=(args, kwargs) or a dict or a tensor)")
         from ..replay.live import compare_both_live
 
-        return compare_both_live(a, b, inputs, replay="all" if replay is True else replay, **options)
+        return compare_both_live(a, b, inputs, replay=replay, **options)
     if inputs is not None:
         raise ValueError("inputs= is for two live modules (compare(reference_module, port_module, inputs=...)); "
                          "with a trace as the reference the port runs on its recorded inputs")
