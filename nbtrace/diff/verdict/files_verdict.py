@@ -59,6 +59,7 @@ class FileVerdict:
         self._at: dict[int, DiffStats | None] = {}
         self.findings: list[Finding] = []
         self.measured_places = 0  # tensors judged on both sides' measured rounding
+        self._wider: list[Finding] = []  # findings widened to a call holding unmeasured code (``_widened``)
         self._done = False
 
     # -- one tensor ----------------------------------------------------------------------
@@ -172,6 +173,7 @@ class FileVerdict:
                     "exact", d.rel, 0.0, score,
                     f"{what} differ (an integer or bool tensor)" + (", made from inputs that differ" if e_in else "")))
             return finding
+        finding.own = math.sqrt(max(d.rel**2 - e_in**2, 0.0))  # beyond what it was handed, passed on as is
         both = self._accumulated(slot)
         if both is not None:
             (acc_a, scale), (acc_b, _) = both
@@ -184,7 +186,6 @@ class FileVerdict:
             k, b = self._allowance(producer)
             longest = max((s.tensor.shape[-1] for s in readable), default=1)
             finding.evidence.append(magnitude(d, e_in, k, b + accumulation(longest, d.u), what))
-        finding.own = math.sqrt(max(d.rel**2 - e_in**2, 0.0))  # beyond what it was handed, passed on as is
         if d.rel > 0 and producer.kind != "inputs":
             finding.evidence.extend(self._weight_evidence(producer))
         return finding
@@ -203,8 +204,9 @@ class FileVerdict:
                 continue
             widened = upstream if node is upstream.node else Producer(node, "glue", producer.event, [finding.slot],
                                                                      producer.inputs)
-            finding.node, finding.producer = node, widened
-            finding.note = f"{s.node.module_path}'s {s.io} {s.arg} differs and was not measured"
+            note = f"{s.node.module_path}'s {s.io} {s.arg} differs and was not measured"
+            self._wider.append(Finding(node, finding.stats, finding.inherited, list(finding.evidence), widened,
+                                       finding.slot, note, finding.own))
             return finding
         return finding
 
@@ -261,6 +263,8 @@ class FileVerdict:
             for _, passed, producer in sorted(stretches, key=lambda item: item[:2]):
                 for slot in producer.outputs:
                     finding = self.judge_passed(producer, slot) if passed else self.judge(producer, slot)
+                    self.findings.extend(self._wider)  # the call holding it comes first: the verdict names it
+                    self._wider.clear()
                     if finding is not None:
                         self.findings.append(finding)
             self._done = True
