@@ -54,11 +54,11 @@ def _ratio(comparison) -> float:
 
 
 def run_case(tmp: Path, dtype: str, variant: str, bug: str | None, method: str, width: int = 256, seed: int = 0,
-             layers: int = 2, length: int = 70, rename: dict | None = None) -> Outcome:
-    """One case (``variant`` and at most one ``bug``), judged by ``method``."""
-    reference = ip.build(width, ip.DTYPES[dtype], seed, layers)
+             layers: int = 2, length: int = 70, rename: dict | None = None, device: str = "cpu") -> Outcome:
+    """One case (``variant`` and at most one ``bug``), judged by ``method``, with the models on ``device``."""
+    reference = ip.build(width, ip.DTYPES[dtype], seed, layers).to(device)
     port = ip.port(reference, variant, bug)
-    x = ip.inputs(seed, length)
+    x = {key: value.to(device) for key, value in ip.inputs(seed, length).items()}
     expected = ip.BUGS[bug][1] if bug else None
     start = time.perf_counter()
     if method == "live":
