@@ -181,6 +181,9 @@ class FileVerdict:
             finding.evidence.append(evidence)
             self.measured_places += 1
             if evidence.score >= 1:
+                finding.evidence.extend(self._weight_evidence(producer))
+                if any(e.test == "weights" and e.score >= 1 for e in finding.evidence):
+                    return finding  # its own weights differ: the module itself, whatever it read
                 return self._widened(finding, producer, readable)
         else:
             k, b = self._allowance(producer)
