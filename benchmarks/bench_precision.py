@@ -1,150 +1,88 @@
-"""The precision case set, every case in every dtype: before (a per-element tolerance), from files, and with replay.
+"""The invariant suite, every case by every method: false alarms and misdirections counted.
 
-    PYTHONPATH=. python benchmarks/bench_precision.py [--dtypes bf16,fp16,fp32] [--cases clean,eps]
-                                                      [--inputs padded,unpadded] [--out results.md]
+    PYTHONPATH=. python benchmarks/bench_precision.py [--dtypes bf16,fp16,fp32] [--widths 256,1024]
+                                                      [--seeds 0,1] [--methods files,measured,replay,live]
+                                                      [--cases sdpa,flash,...,sdpa+gelu_tanh] [--out results.md]
 
-Cases (``tests/models/precision.py``, ``tests/models/precision_ports.py``): transformers' Llama
-(hidden 64, 4 layers) with eager attention as the reference; ports with sdpa attention, or written
-from scratch with other names (fused q/k/v, fused gate/up), each with at most one injected bug.
-For each case and dtype it prints what "before" (``compare(a, b, rtol=, atol=)`` with the dtype's
-default tolerance: the algorithm compare used until the noise-aware verdict), the verdict from the
-two trace files (``compare(a, b)``) and replay (``compare(a, port)``) name, graded: ok, FALSE ALARM
-(a module named where there is no bug), WRONG (another module), miss (no module named where there is
-a bug: the verdict says the difference is within what the dtype resolves). "pairs" says whether the
-alignment paired the same calls as for the bug-free port of the same structure. Then the margins
-(the largest score of any call in bug-free runs, the smallest at a named bug) and seconds per case.
-torch runs on one thread (tiny tensors: threads only contend).
+Cases (``tests/models/invariant_ports.py``): transformers' Llama (2 layers, eager attention) against ports with
+the same weights: correct variants (itself, run twice, sdpa, a flash-style attention, TF32 emulated, split-K,
+fused q/k/v, fused gate/up) and, on the sdpa port, each bug of the set. Methods (``tests/models/invariant_suite.py``):
+``files`` (two folders, nothing measured), ``measured`` (two folders with measured rounding; a stand-in until the
+capture side lands), ``replay`` (the live port), ``live`` (both modules live). Grades: ok, unresolved (files
+without measurements), FALSE ALARM (a module named, no bug), WRONG (another module), miss (a bug not named: below
+the measured rounding, or a method that cannot see it). Prints a table, then per method and dtype: false alarms,
+misdirections, bugs found; the largest ratio (difference / allowed) over the correct variants; seconds per case.
+torch runs on one thread (small tensors: threads only contend).
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
-import time
+from collections import defaultdict
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import nbtrace
-from nbtrace.diff.metrics import TOLERANCE
-from tests.models.precision import CASES, P, trace_case
-from tests.models.precision_ports import RENAMED_CASES
+from tests.models import invariant_ports as ip  # noqa: E402
+from tests.models.invariant_suite import METHODS, run_case  # noqa: E402
 
-NAMES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
-
-
-def short(path: str | None) -> str:
-    return "-" if path is None else path.replace(P + ".", "")
+CORRECT = list(ip.VARIANTS)
+BUGGY = [f"sdpa+{bug}" for bug in ip.BUGS]
 
 
-def grade(expected: str | None, got: str | None) -> str:
-    if got == expected:
-        return "ok"
-    if expected is None:
-        return "FALSE ALARM"
-    return "miss" if got is None else "WRONG"
-
-
-def answer(comparison) -> tuple[str | None, str, float, float]:
-    """(module named, how sure and why, the largest score of any call, the score at the module named)."""
-    first = comparison.first_divergence
-    scores = [m.difference.score for m in comparison.matches if m.difference and m.difference.score is not None]
-    peak = max(scores, default=0.0)
-    if first is None:
-        return None, "agree", peak, 0.0
-    top = first.evidence[0] if first.evidence else None
-    why = f"{first.confidence} {top.score:.3g}: {top.test}" if top else first.confidence
-    if comparison.method == "files" and comparison.replay is not None:
-        why += ", from files"
-    return first.module_path, why, peak, top.score if top else 0.0
-
-
-def evaluate(dtypes: list[str], names: set[str] | None, padded: bool, folder: Path) -> list[dict]:
-    rows = []
-    for dtype in dtypes:
-        references: dict[int, tuple] = {}
-        clean_pairs: dict[tuple, list] = {}
-        for case in CASES + RENAMED_CASES:
-            if names is not None and case.name not in names and not case.name.endswith("clean"):
-                continue
-            start = time.perf_counter()
-            model, port, a, b = trace_case(case, dtype, folder / dtype / f"seed{case.seed}", padded,
-                                           references.get(case.seed))
-            references[case.seed] = (model, a)
-            seconds = {"trace": time.perf_counter() - start}
-            rtol, atol = TOLERANCE[NAMES[dtype]]
-            start = time.perf_counter()
-            before = nbtrace.compare(a, b, rtol=rtol, atol=atol)
-            seconds["before"] = time.perf_counter() - start
-            start = time.perf_counter()
-            files = nbtrace.compare(a, b)
-            seconds["files"] = time.perf_counter() - start
-            start = time.perf_counter()
-            replay = nbtrace.compare(a, port)
-            seconds["replay (traces the port too)"] = time.perf_counter() - start
-            pairs = [(x.module_path, y.module_path) for x, y in files.alignment.pairs]
-            stable = clean_pairs.setdefault((case.build_port, case.seed), pairs) == pairs
-            if names is None or case.name in names:
-                rows.append({"case": case.name, "dtype": dtype, "expected": case.expected(dtype),
-                             "before": answer(before), "files": answer(files), "replay": answer(replay),
-                             "stable": stable, "seconds": seconds})
-            print(f"  {case.name} {dtype} done", file=sys.stderr)
-    return rows
-
-
-def table(rows: list[dict]) -> str:
-    head = ["case", "dtype", "born in", "before (tolerance)", "files", "replay", "pairs"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in rows:
-        cells = [r["case"], r["dtype"], short(r["expected"])]
-        for method in ("before", "files", "replay"):
-            got, why, _, _ = r[method]
-            cells.append(f"{short(got)} ({why}) {grade(r['expected'], got)}")
-        cells.append("same" if r["stable"] else "CHANGED")
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def summary(rows: list[dict]) -> str:
-    out = []
-    for method in ("before", "files", "replay"):
-        grades = [grade(r["expected"], r[method][0]) for r in rows]
-        counts = ", ".join(f"{g}: {grades.count(g)}" for g in sorted(set(grades)))
-        out.append(f"{method:7s} {counts} (of {len(rows)})")
-    for method in ("files", "replay"):
-        clean = [r[method][2] for r in rows if r["expected"] is None]
-        found = [r[method][3] for r in rows if r["expected"] is not None and r[method][0] == r["expected"]]
-        if clean and found:
-            out.append(f"{method}: largest score of any call without a bug {max(clean):.2f} (flag at 1); at a named "
-                       f"bug: smallest {min(found):.3g}, median {statistics.median(found):.3g}")
-    keys = rows[0]["seconds"].keys() if rows else []
-    timing = "; ".join(f"{k} {statistics.median(r['seconds'][k] for r in rows):.2f}" for k in keys)
-    return "\n".join(out) + f"\nmedian seconds per case: {timing}"
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dtypes", default="bf16,fp16,fp32")
-    parser.add_argument("--cases", default=None, help="comma-separated case names (the clean ports always run)")
-    parser.add_argument("--inputs", default="padded,unpadded", help="padded (left padding in 2 of 4 rows), unpadded")
+    parser.add_argument("--widths", default="256")
+    parser.add_argument("--seeds", default="0")
+    parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--cases", default=",".join(CORRECT + BUGGY))
     parser.add_argument("--out", default=None)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    names = set(args.cases.split(",")) if args.cases else None
-    parts = [f"torch {torch.__version__}, 1 thread"]
+    methods = args.methods.split(",")
+    lines = ["| dtype | width | seed | case | " + " | ".join(methods) + " |", "|" + "---|" * (4 + len(methods))]
+    counts: dict[tuple[str, str], dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    ratio, seconds = 0.0, defaultdict(list)
     with tempfile.TemporaryDirectory() as tmp:
-        for kind in args.inputs.split(","):
-            rows = evaluate(args.dtypes.split(","), names, kind == "padded", Path(tmp) / kind)
-            parts.append(f"### inputs: {kind}\n\n{table(rows)}\n\n{summary(rows)}")
-    text = "\n\n".join(parts)
-    print(text)
+        for dtype in args.dtypes.split(","):
+            for width in map(int, args.widths.split(",")):
+                for seed in map(int, args.seeds.split(",")):
+                    for case in args.cases.split(","):
+                        variant, _, bug = case.partition("+")
+                        cells = []
+                        for method in methods:
+                            o = run_case(Path(tmp), dtype, variant, bug or None, method, width=width, seed=seed)
+                            counts[(method, dtype)][o.grade] += 1
+                            counts[(method, dtype)]["bugs"] += bug != ""
+                            counts[(method, dtype)]["found"] += bool(bug) and o.grade == "ok"
+                            seconds[method].append(o.seconds)
+                            if not bug:
+                                ratio = max(ratio, o.ratio)
+                            where = "" if o.grade in ("ok", "miss", "unresolved") else f" {o.named}"
+                            cells.append(f"{o.grade} ({o.ratio:.2g}){where}")
+                        line = f"| {dtype} | {width} | {seed} | {case} | " + " | ".join(cells) + " |"
+                        print(line, flush=True)
+                        lines.append(line)
+    lines += ["", "| method | dtype | false alarms | wrong module | bugs named | bugs | unresolved |", "|---|---|---|---|---|---|---|"]
+    for (method, dtype), c in sorted(counts.items()):
+        lines.append(f"| {method} | {dtype} | {c['FALSE ALARM']} | {c['WRONG']} | {c['found']} | {c['bugs']} | "
+                     f"{c['unresolved']} |")
+    lines.append("")
+    lines.append(f"largest ratio (difference / allowed) over the correct variants: {ratio:.3g}")
+    for method, values in seconds.items():
+        lines.append(f"{method}: {sum(values) / len(values):.2f} s per case (compare + replay, tracing excluded)")
+    text = "\n".join(lines)
+    print("\n".join(lines[lines.index("") :]))
     if args.out:
         Path(args.out).write_text(text + "\n")
+    alarms = sum(c["FALSE ALARM"] + c["WRONG"] for c in counts.values())
+    return 1 if alarms else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -11,8 +11,8 @@ from .core.tensor import TensorValue
 from .core.trace import Trace
 from .diff.comparison import Comparison
 from .diff.operations import narrow
-from .diff.step_compare import compare
-from .diff.steps import StepsComparison
+from .diff.steps.step_compare import compare
+from .diff.steps.steps import StepsComparison
 from .errors import TraceFormatError
 
 __version__ = "0.1.0"

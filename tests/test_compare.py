@@ -9,9 +9,9 @@ import torch
 
 import nbtrace
 from nbtrace.diff.comparison import Comparison
-from nbtrace.diff.divergence import FirstDivergence
+from nbtrace.diff.verdict.divergence import FirstDivergence
 from nbtrace.demo import build_demo
-from nbtrace.diff.metrics import TOLERANCE, default_tolerance, diff_tensors, printed_numbers
+from nbtrace.diff.measure.metrics import TOLERANCE, default_tolerance, diff_tensors, printed_numbers
 from nbtrace.core.tensor import TensorValue
 
 STATUSES = {"match", "diverged", "first", "only_a", "no_data"}

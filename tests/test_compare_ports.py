@@ -66,6 +66,9 @@ def test_bug_is_named_where_it_originates(store, bug, mode, rename):
     a, b = store("a", None, mode), store("b", bug, mode)
     result = nbtrace.compare(a, b, rename=rename)
     first = result.first_divergence
+    if mode == "safetensors" and first is None:  # files without measured rounding: located, left unresolved
+        assert result.verdict == "unresolved" and result.unresolved[0] == BUGS[bug], result.summary()
+        return
     assert first is not None, f"{bug} not detected"
     assert first.module_path == BUGS[bug], str(first)
     assert first.exact
@@ -79,7 +82,11 @@ def test_bug_is_named_where_it_originates(store, bug, mode, rename):
 @pytest.mark.parametrize("mode", ["safetensors", "repr"])
 def test_numbers_and_counterpart(store, mode):
     a, b = store("a", None, mode), store("b", "rotary_k", mode)
-    first = nbtrace.compare(a, b, rename=RENAME).first_divergence
+    result = nbtrace.compare(a, b, rename=RENAME)
+    if mode == "safetensors":  # full tensors, nothing measured: unresolved at the call, its numbers said
+        assert result.unresolved[0] == f"{P}.layers.0.self_attn" and "differs by" in result.unresolved[1]
+        result = nbtrace.compare(a, b, rename=RENAME, rtol=1e-5, atol=1e-6)  # a tolerance names it
+    first = result.first_divergence
     assert first.module_path == f"{P}.layers.0.self_attn"
     assert first.b_path == "TinyLlamaPort.blocks.0.attn"
     assert first.observed_path == f"{P}.layers.0.self_attn.o_proj"
@@ -117,7 +124,11 @@ def test_stats_only_see_a_rounded_scale_at_the_output_projection(store):
 @pytest.mark.parametrize("mode", ["safetensors", "repr"])
 def test_bug_inside_a_pruned_layer_is_bracketed(store, mode, rename):
     a, b = store("a", None, mode, prune=True), store("b", "layer1_transposed_o", mode, prune=True)
-    first = nbtrace.compare(a, b, rename=rename).first_divergence
+    result = nbtrace.compare(a, b, rename=rename)
+    first = result.first_divergence
+    if mode == "safetensors" and first is None:  # nothing measured: unresolved at the call holding the blocks
+        assert result.verdict == "unresolved" and result.unresolved[0] == P, result.summary()
+        return
     assert first is not None
     assert first.exact is False
     assert first.pruned == (f"{P}.layers.1", f"{P}.layers.1")

@@ -4,10 +4,12 @@ evidence sentence claims only what its score shows."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 
 import nbtrace
+from tests.models.measured_standin import measure, measured
 from tests.models.precision import BUGS, DTYPES, P, build_reference, make_inputs, one_thread, sdpa_port, trace_model  # noqa: F401
 
 
@@ -73,12 +75,24 @@ class ScaledPort(Net):
 
 
 def test_an_evidence_sentence_says_what_its_numbers_show(tmp_path):
+    """A 1% scale in the port's own code: from files without measured rounding the verdict stops, unresolved, at
+    the call whose code made it (saying how to decide); with measured rounding the evidence states the measured
+    numbers and k, and the code that made the unmeasured tensor is named."""
     c = _compare_port(ScaledPort, tmp_path, rows=4096)
-    scale = next(e for e in c.first_divergence.evidence if e.test == "scale")
-    assert scale.score >= 1 and "b is the reference times (1+0.01)" in scale.sentence
-    assert "rounding has no preferred direction" in scale.sentence
-    weak = [e for m in c.matches if m.difference is not None for e in m.difference.evidence if e.score < 1]
-    assert any(e.test in ("scale", "values") for e in weak)
-    for e in weak:  # a test that found nothing does not claim a finding
-        assert "depends on the value" not in e.sentence and "preferred direction" not in e.sentence, e.sentence
-        assert e.test not in ("scale", "values") or "beyond rounding" in e.sentence, e.sentence
+    assert c.first_divergence is None and c.verdict == "unresolved" and c.decided_by == "files, unmeasured"
+    assert c.unresolved[0] == "Net" and "measure_rounding=True" in c.unresolved[1]
+    assert "unresolved" in c.summary() and "measure_rounding=True" in c.summary()
+
+    torch.manual_seed(0)
+    x = torch.randn(4096, 8)
+    reference, port = Net().eval(), ScaledPort().eval()
+    port.load_state_dict(reference.state_dict())
+    a, b = _traced(reference, tmp_path / "ma", x), _traced(port, tmp_path / "mb", x)
+    with measured((a, measure(reference, {"x": x})), (b, measure(port, {"x": x}))):
+        m = nbtrace.compare(a, b)
+    assert m.decided_by == "measured rounding" and m.first_divergence.module_path == "Net", m.summary()
+    top = m.first_divergence.evidence[0]
+    assert top.test == "proven" and top.score >= 1 and "k = 2 allows" in top.sentence
+    assert top.statistic == pytest.approx(top.score * top.threshold)
+    weak = [e for n in m.matches if n.difference is not None for e in n.difference.evidence if e.score < 1]
+    assert all("k = 2 allows" in e.sentence for e in weak if e.test == "proven")

@@ -10,9 +10,9 @@ from torch import nn
 import nbtrace
 
 from nbtrace.capture.parameters import ParameterFingerprints
-from nbtrace.diff.callargs import bind
-from nbtrace.diff.metrics import same_shape
-from nbtrace.diff.weights import _compare_module, classify
+from nbtrace.diff.replay.callargs import bind
+from nbtrace.diff.measure.metrics import same_shape
+from nbtrace.diff.verdict.weights import _compare_module, classify
 
 
 def _fingerprint(weight: torch.Tensor) -> dict:

@@ -12,7 +12,7 @@ import torch
 
 import nbtrace
 from nbtrace import TraceFormatError
-from nbtrace.diff.reassemble import infer
+from nbtrace.diff.ranks.reassemble import infer
 from tests.models import tp_models as tm
 
 SIDECAR = "TinyDecoder_debug_tree_NBTRACE.json"

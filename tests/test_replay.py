@@ -27,6 +27,9 @@ def _port(bugs=()):
 @pytest.mark.parametrize("bug", ["eps", "rotary_k", "transposed_o", "gate_up_swapped", "residual", "rope_theta"])
 def test_replay_names_the_bug_of_a_port_with_other_names(reference, bug):
     c = nbtrace.compare(reference, _port([bug]))
+    if bug == "residual":  # the layer's output is not recorded, and the tensors that may be it disagree
+        assert c.first_divergence is None and c.unresolved[0] == BUGS[bug], c.summary()
+        return
     assert c.first_divergence is not None and c.first_divergence.module_path == BUGS[bug], c.summary()
     if bug == "residual":  # the block's output is nothing like what a recorded: the files answer, and say so
         assert not c.first_divergence.replayed and "matches none of the reference's" in c.replay.note
@@ -112,6 +115,6 @@ def test_calls_that_cannot_be_replayed_fall_back_to_the_files(tmp_path):
     with torch.no_grad(), nbtrace.trace(model, debug_path=tmp_path, use_repr=False, do_prune_layers=False):
         model(**make_inputs(1, padded=False), use_cache=True)
     c = nbtrace.compare(nbtrace.load_trace(tmp_path), case.make_port(model))
-    assert c.first_divergence.module_path == case.bug.born and not c.first_divergence.replayed
-    assert c.replay.answered_by == "files" and "verdict from the trace files" in c.replay.note
+    assert c.first_divergence is None and c.verdict == "unresolved" and c.unresolved[0] == case.bug.born
+    assert c.replay.answered_by == "files" and f"replay cannot settle {case.bug.born}" in c.replay.note
     assert any("cannot be rebuilt" in why for why in c.replay.skipped.values())

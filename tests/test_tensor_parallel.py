@@ -18,7 +18,7 @@ import torch
 import nbtrace
 from nbtrace import TraceFormatError
 from nbtrace.cli import main as cli
-from nbtrace.diff.ranked import ShardedDiff
+from nbtrace.diff.ranks.ranked import ShardedDiff
 from tests.tp_runs import single_traces, tp_run
 
 pytestmark = pytest.mark.timeout(900)

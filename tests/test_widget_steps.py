@@ -10,7 +10,7 @@ import torch
 import traitlets
 
 import nbtrace
-from nbtrace.diff.report import STATUSES
+from nbtrace.diff.verdict.report import STATUSES
 from tests.models.core_models import Stack, seeded
 from tests.models.generation import ROOT, Bug, build_reference, make_port, make_prompt, trace_generate
 

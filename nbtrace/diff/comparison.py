@@ -21,23 +21,23 @@ from typing import TYPE_CHECKING, Any
 from ..core.load import load_trace
 from ..core.node import Node
 from ..core.trace import Trace
-from .align import Alignment, align
-from .divergence import FirstDivergence, first_divergence
-from .evidence import CallDifference
-from .flow import Flow, TensorCache
-from .metrics import TensorDiff
-from .noise import PairStats, dtype_name, padding_rows
-from .notes import MIN_COVERAGE, comparison_notes
-from .pairing import compile_ignore
-from .ranked import call_comparer, ranked_rename
-from .report import node_report
-from .weights import WeightFinding, compare_parameters
+from .align.align import Alignment, align
+from .verdict.divergence import FirstDivergence, first_divergence
+from .verdict.evidence import CallDifference
+from .align.flow import Flow, TensorCache
+from .measure.metrics import TensorDiff
+from .measure.noise import PairStats, dtype_name, padding_rows
+from .verdict.notes import MIN_COVERAGE, comparison_notes
+from .align.pairing import compile_ignore
+from .ranks.ranked import call_comparer, ranked_rename
+from .verdict.report import node_report
+from .verdict.weights import WeightFinding, compare_parameters
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas
 
-    from .files_verdict import FileVerdict
-    from .findings import Verdict
+    from .verdict.files_verdict import FileVerdict
+    from .verdict.findings import Verdict
 
 
 @dataclass
@@ -97,17 +97,21 @@ class Comparison:
         self._flows = flows
         self._measured = measured
         #: how the first divergence was found: "files" (full tensors: own vs inherited difference against
-        #: rounding), "replay" (the port run on the reference's inputs) or "tolerance" (per-element tolerance)
+        #: rounding), "replay" (the port run on the reference's inputs), "live" (both modules run in float64 on
+        #: the reference's inputs) or "tolerance" (per-element tolerance); ``decided_by`` says it in words
         self.method = "tolerance"
         #: calls that came close to a flag without reaching it: (module path in a, score), closest first
         self.suspects: list[tuple[str, float]] = []
         #: what replay did (``live.ReplayReport``), when b was a live module
         self.replay = None
+        #: (a's module path, reason) where the verdict from files without measured rounding stops: a
+        #: difference beyond a model of rounding that nothing measured proves (``verdict == "unresolved"``)
+        self.unresolved: tuple[str, str] | None = None
         self.first_divergence: FirstDivergence | None = None
         self._judge: FileVerdict | None = None  # the verdict from files, kept for replay
         self._files_verdict: Verdict | None = None
         if self._noise_aware():
-            from .born import judge_from_files
+            from .verdict.born import judge_from_files
 
             self.method = "files"
             self._judge = judge_from_files(self)
@@ -155,7 +159,25 @@ class Comparison:
         could be aligned or compared to say either (see ``coverage`` and ``notes``)."""
         if self.first_divergence is not None:
             return "diverge"
+        if self.unresolved is not None:
+            return "unresolved"
         return "agree" if self.compared > 0 and self.coverage >= MIN_COVERAGE else "unresolved"
+
+    @property
+    def decided_by(self) -> str | None:
+        """Which rule decided: "both live", "replayed", "measured rounding" (two trace folders that measured
+        their rounding), "files, unmeasured", or None (a per-element tolerance, ``method == "tolerance"``)."""
+        if self.method == "replay":
+            return "both live" if getattr(self.replay, "both_live", False) else "replayed"
+        if self.method == "files":
+            measured = self._judge is not None and self._judge.measured_places > 0
+            return "measured rounding" if measured else "files, unmeasured"
+        return None
+
+    @property
+    def numerics(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """What each side computed with (``trace.numerics``: TF32 flags, attention backends, device...)."""
+        return getattr(self.a, "numerics", None) or {}, getattr(self.b, "numerics", None) or {}
 
     @property
     def resolution(self) -> str | None:
@@ -180,7 +202,7 @@ class Comparison:
     @property
     def weights(self) -> list[WeightFinding]:
         """Parameters and buffers of aligned modules that differ, from the traces' fingerprints
-        (nbtrace's sidecar; empty when a trace has none). See ``nbtrace.diff.weights``."""
+        (nbtrace's sidecar; empty when a trace has none). See ``nbtrace.diff.verdict.weights``."""
         if self._weights is None:
             a_section = self.a.sidecar.get("parameters", {})
             b_section = self.b.sidecar.get("parameters", {})

@@ -21,7 +21,7 @@ from ..core.node import Node
 from ..core.paths import role, without_root
 from ..core.tensor import TensorValue
 from ..core.trace import Trace
-from ..diff.report import STATUSES
+from ..diff.verdict.report import STATUSES
 from ..render.tree_rows import rows_in_order
 from ..render.vocabulary import (
     JUMP_BIG_FACTOR,

@@ -21,8 +21,8 @@ from ..core.load import load_trace
 from ..core.ranks import rank_folders
 from ..core.sidecar import read_sidecar
 from ..core.trace import Trace
-from ..diff.step_compare import holds_several, step_sources
-from ..diff.steps import StepsComparison
+from ..diff.steps.step_compare import holds_several, step_sources
+from ..diff.steps.steps import StepsComparison
 from ..render.steps_text import format_tokens, step_where
 from ..render.vocabulary import STATUS_WORDS
 

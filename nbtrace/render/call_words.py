@@ -28,8 +28,8 @@ from .vocabulary import (
 if TYPE_CHECKING:  # pragma: no cover
     from ..core.node import Node
     from ..core.tensor import TensorValue
-    from ..diff.evidence import CallDifference
-    from ..diff.metrics import TensorDiff
+    from ..diff.verdict.evidence import CallDifference
+    from ..diff.measure.metrics import TensorDiff
 
 STATS = ("mean", "std", "min", "max")
 

@@ -66,7 +66,8 @@ def comparison_frame(comparison: Comparison, order: str = "calls") -> pandas.Dat
     ``evidence`` exist only when the comparison measured them. ``order="difference"`` puts
     the rows that differ first: the tensor where the first divergence was seen, then the
     tensors that differ (by the call's score where there is one, else their own), then the rest.
-    ``df.attrs`` holds the ``verdict``, its ``headline`` and the ``notes``.
+    ``df.attrs`` holds the ``verdict``, its ``headline``, the ``notes``, which rule decided (``decided_by``) and
+    each side's ``numerics``.
     """
     if order not in ORDERS:
         raise ValueError(f"order must be one of {', '.join(ORDERS)}; got {order!r}")
@@ -131,7 +132,8 @@ def comparison_frame(comparison: Comparison, order: str = "calls") -> pandas.Dat
     if order == "difference":
         frame = frame.iloc[_difference_order(rows, with_difference, seen_rows)].reset_index(drop=True)
     words = verdict_words(comparison)
-    frame.attrs.update(verdict=words.verdict, headline=words.headline, notes=list(words.notes))
+    frame.attrs.update(verdict=words.verdict, headline=words.headline, notes=list(words.notes),
+                       decided_by=words.decided_by, numerics=list(words.numerics))
     return frame
 
 

@@ -16,7 +16,15 @@ from .html_style import CELL, MUTED, RULE, TABLE, badge, muted
 from .operations_html import operations_html
 from .shards import one_rank_hint, reassembly_line
 from .verdict import VerdictWords, verdict_words
-from .vocabulary import DIFFERENCE_MEANINGS, STATUS_WORDS, SUSPECTS_WORDS, UNIT_MEANING, VERDICT_COLOURS
+from .vocabulary import (
+    DECIDED_BY_LABEL,
+    DIFFERENCE_MEANINGS,
+    NUMERICS_LABEL,
+    STATUS_WORDS,
+    SUSPECTS_WORDS,
+    UNIT_MEANING,
+    VERDICT_COLOURS,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..diff.comparison import Comparison
@@ -37,6 +45,9 @@ def comparison_html(comparison: Comparison, max_rows: int = 300, divergence: Any
     facts = (reassembly_line(comparison), one_rank_hint(a, "a"), one_rank_hint(b, "b"))
     head += "".join(f'<div style="{MUTED}">{escape(line)}</div>' for line in facts if line)
     head += "".join(f"<div>{badge('note', 'diverged')} {escape(note)}</div>" for note in words.notes)
+    if words.decided_by:
+        head += f"<div>{DECIDED_BY_LABEL}: {escape(words.decided_by)}</div>"
+    head += "".join(f"<div>{NUMERICS_LABEL}: <code>{escape(line)}</code></div>" for line in words.numerics)
     if words.weights:
         listed = "".join(f"<li><code>{escape(w)}</code></li>" for w in words.weights[:8])
         more = f"<li>… {len(words.weights) - 8} more (Comparison.weights)</li>" if len(words.weights) > 8 else ""

@@ -10,14 +10,14 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from ..core.ranks import distributed_info
-from ..diff.ranked import ShardedDiff
+from ..diff.ranks.ranked import ShardedDiff
 from .vocabulary import format_number
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..core.trace import Trace
     from ..diff.comparison import Comparison
-    from ..diff.divergence import FirstDivergence
-    from ..diff.metrics import TensorDiff
+    from ..diff.verdict.divergence import FirstDivergence
+    from ..diff.measure.metrics import TensorDiff
 
 
 def is_ranked(comparison: Comparison) -> bool:

@@ -9,7 +9,7 @@ from .table import Columns
 if TYPE_CHECKING:  # pragma: no cover
     import pandas
 
-    from ..diff.steps import StepsComparison
+    from ..diff.steps.steps import StepsComparison
 
 SCHEMA = (
     ("step", "int"),

@@ -11,7 +11,7 @@ from .steps_text import format_count, format_tokens, step_where, steps_summary
 from .vocabulary import BADGE_COLOURS, STATUS_WORDS
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..diff.steps import StepsComparison
+    from ..diff.steps.steps import StepsComparison
 
 _CELL = "padding:1px 8px 1px 0;text-align:left;white-space:pre;vertical-align:top"
 MAX_STEPS = 200

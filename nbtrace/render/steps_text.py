@@ -8,7 +8,7 @@ from .text import comparison_summary
 from .vocabulary import STATUS_WORDS, format_number
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..diff.steps import StepResult, StepsComparison, Tokens
+    from ..diff.steps.steps import StepResult, StepsComparison, Tokens
 
 
 def format_count(value: int | None) -> str:

@@ -13,7 +13,7 @@ from .vocabulary import STATUS_MARKS, describe_tensor, format_units, gap_label
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..diff.comparison import Comparison
-    from ..diff.divergence import FirstDivergence
+    from ..diff.verdict.divergence import FirstDivergence
 
 __all__ = ["comparison_summary", "describe_divergence", "format_comparison_table", "format_difference", "format_tree"]
 

@@ -16,6 +16,9 @@ from typing import TYPE_CHECKING, Any
 from .operations_words import operation_line
 from .shards import divergence_line
 from .vocabulary import (
+    DECIDED_BY_LABEL,
+    DECIDED_BY_WORDS,
+    NUMERICS_LABEL,
     AGREE_ROUNDING_SENTENCE,
     AGREE_SENTENCE,
     CONFIDENCE_WORDS,
@@ -30,8 +33,8 @@ from .vocabulary import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..diff.divergence import FirstDivergence
-    from ..diff.evidence import Evidence
+    from ..diff.verdict.divergence import FirstDivergence
+    from ..diff.verdict.evidence import Evidence
 
 MAX_SHOWN = 6  # names listed in one hint before "…"
 
@@ -175,16 +178,21 @@ class VerdictWords:
     notes: list[str] = field(default_factory=list)
     weights: list[str] = field(default_factory=list)  # every serious weight finding
     suspects: list[str] = field(default_factory=list)  # calls that came close to a flag
+    decided_by: str | None = None  # which rule decided (``Comparison.decided_by``), in words
+    numerics: list[str] = field(default_factory=list)  # what each side computed with (``trace.numerics``)
 
     @property
     def lines(self) -> list[str]:
         """The verdict block of the text summary (after the facts and notes)."""
         if self.divergence is not None:
-            lines = self.divergence.lines
+            lines = list(self.divergence.lines)
         else:
             lines = [self.headline]
         if self.suspects:
             lines.append(f"  {SUSPECTS_WORDS}: {', '.join(self.suspects)}")
+        if self.decided_by:
+            lines.append(f"  {DECIDED_BY_LABEL}: {self.decided_by}")
+        lines.extend(f"  {NUMERICS_LABEL}: {line}" for line in self.numerics)
         return lines
 
     def to_dict(self) -> dict[str, Any]:
@@ -208,6 +216,8 @@ def verdict_words(comparison: Any, divergence: Any = None) -> VerdictWords:
         resolution = getattr(comparison, "resolution", None)
         sentence = AGREE_ROUNDING_SENTENCE.format(dtype=resolution) if resolution else AGREE_SENTENCE
         words, headline = None, f"{VERDICT_WORDS['agree']}: {sentence}"
+    elif getattr(comparison, "unresolved", None) is not None:
+        words, headline = None, f"{VERDICT_WORDS['unresolved']}: {comparison.unresolved[1].removeprefix('unresolved ')}"
     elif getattr(comparison, "compared", 1) == 0:
         words, headline = None, f"{VERDICT_WORDS['unresolved']}: {NOTHING_COMPARED}"
     else:
@@ -224,7 +234,19 @@ def verdict_words(comparison: Any, divergence: Any = None) -> VerdictWords:
         notes=list(getattr(comparison, "notes", [])),
         weights=weights,
         suspects=suspects,
+        decided_by=DECIDED_BY_WORDS.get(getattr(comparison, "decided_by", None) or "", None),
+        numerics=numerics_lines(comparison),
     )
+
+
+def numerics_lines(comparison: Any) -> list[str]:
+    """What each side's run computed with (TF32, attention backends, device...), one line per side that says."""
+    lines = []
+    for side, numerics in zip("ab", getattr(comparison, "numerics", ({}, {}))):
+        if numerics:
+            shown = ", ".join(f"{key} {value}" for key, value in sorted(numerics.items()))
+            lines.append(f"{side}: {shown}")
+    return lines
 
 
 def _weights(comparison: Any) -> list:

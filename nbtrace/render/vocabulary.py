@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 SIGNIFICANT_DIGITS = 3
 
-# -- statuses of a comparison's calls (``diff.report.STATUSES``) ------------------------------------
+# -- statuses of a comparison's calls (``diff.verdict.report.STATUSES``) ------------------------------------
 STATUS_WORDS = {
     "match": "match",
     "diverged": "diverged",
@@ -73,7 +73,7 @@ TINT_ALPHA = 0.16
 STATUS_COLOURS = {name: light for name, (light, _) in PALETTE.items() if name in STATUS_WORDS}
 GOOD, WARN, BAD, MUTED = (PALETTE[name][0] for name in ("match", "diverged", "first", "only_a"))
 
-# -- verdicts of a comparison (``diff.evidence.VERDICTS``) ---------------------------------------------
+# -- verdicts of a comparison (``diff.verdict.evidence.VERDICTS``) ---------------------------------------------
 VERDICT_WORDS = {"agree": "agree", "diverge": "diverge", "unresolved": "unresolved"}
 VERDICT_MARKS = {"agree": "✓", "diverge": "✗", "unresolved": "?"}
 #: whose colour a verdict wears
@@ -85,8 +85,20 @@ NOTHING_COMPARED = "nothing could be compared (no aligned tensors with data on b
 CONFIDENCE_WORDS = {"certain": "certain", "likely": "likely"}
 #: calls the verdict found close to a flag without reaching it (``Comparison.suspects``)
 SUSPECTS_WORDS = "close to a flag"
+# -- which rule decided a verdict (``Comparison.decided_by``), and what each run computed with ------------
+DECIDED_BY_LABEL = "decided by"
+DECIDED_BY_WORDS = {
+    "both live": "both live (each aligned pair run in float64 on the reference's inputs; k = 2)",
+    "replayed": "replayed (the port run on the reference's inputs, against its float64 result; k = 3, or 2 where "
+                "the reference measured its rounding)",
+    "measured rounding": "measured rounding (both traces measured their rounding against float64; k = 2)",
+    "files, unmeasured": "files, unmeasured (no rounding measured: a module is named only on evidence no correct "
+                         "kernel produces)",
+}
+NUMERICS_LABEL = "numerics"
+UNRESOLVED_AT = "unresolved at {path}"
 
-# -- one call's difference (``diff.evidence.CallDifference``) and the evidence of a verdict ---------
+# -- one call's difference (``diff.verdict.evidence.CallDifference``) and the evidence of a verdict ---------
 UNIT = "u"
 UNIT_MEANING = "u is the unit roundoff of the dtype compared (2⁻²⁴ for float32, 2⁻⁸ for bfloat16)"
 DIFFERENCE_WORDS = {
@@ -213,7 +225,7 @@ def widget_vocabulary() -> dict[str, Any]:
     ``statuses`` lists the status names in the order of the payload's status codes (0: none);
     ``colours`` gives each status (and ``scale``, ``bad``) its light- and dark-theme colour.
     """
-    from ..diff.report import STATUSES
+    from ..diff.verdict.report import STATUSES
 
     return {
         "statuses": ["", *STATUSES],

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..noise import UNIT_ROUNDOFF
+from ..measure.noise import UNIT_ROUNDOFF
 from .align import align_operations
 from .narrow import OperationDiff, OperationDivergence, narrow_records
 from .record import Operation, OperationRecord, record_operations

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..noise import UNIT_ROUNDOFF
+from ..measure.noise import UNIT_ROUNDOFF
 from .record import Operation, OperationRecord
 from .shadow import sentinel_limit
 from .values import PERMUTED, degenerate, distance, permuted_distance, rms

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from ..callargs import Unreplayable, rebuild
-from ..noise import UNIT_ROUNDOFF
-from ..replay import find_module
+from ..replay.callargs import Unreplayable, rebuild
+from ..measure.noise import UNIT_ROUNDOFF
+from ..replay.replay import find_module
 from .align import align_operations
 from .narrow import PRECISION_FLOOR, PRECISION_K, OperationDiff, narrow_records
 from .record import record_operations, relative_rms

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..noise import UNIT_ROUNDOFF
+from ..measure.noise import UNIT_ROUNDOFF
 from .align import Alignment, compared, limit_of
 from .record import Operation, OperationRecord
 from .values import distance

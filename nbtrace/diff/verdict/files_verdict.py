@@ -1,21 +1,19 @@
-"""The noise-aware verdict from two trace files: where is a difference born, beyond rounding?
+"""The verdict from two trace files: where is a difference born, beyond rounding?
 
 Walk the producers of the reference's data flow (``flow.py``: leaves, a call's own code
-between its children, the code after a call, pruned layer blocks) in call order. For
-each tensor a producer made, compare b's counterpart with a's (padding rows left out)
-and separate what the producer *added* from what it *inherited* through the tensors it
-could read (``rounding.py``):
+between its children, the code after a call, pruned layer blocks) in call order. For each
+tensor a producer made, compare b's counterpart with a's (padding rows left out):
 
-- magnitude: the relative RMS difference ``e_out`` against ``√((K·e_in)² + (B·u)²)``;
-- coherence: a global scale, a dependence on the value, one feature much worse than the
-  rest, each net of the same statistic of its inputs;
-- weights: a parameter of the module that the sidecar's fingerprints show converted
-  wrongly (scaled, rounded through a narrower dtype, some rows off…), where the module's
-  output differs at all.
-
-The first producer with a score >= 1 is where the difference is born. None while the
-outputs still differ means "within rounding": no call adds more than the dtype's
-rounding can — an error smaller than that rounding may still hide (replay resolves it).
+- both traces measured their rounding (``measure_rounding``): ``‖a − b‖ > 2 (acc_a + acc_b)
+  + floor`` PROVES the float64 truths differ there (``rounding.proven``); the difference is
+  born at the first proven tensor (its inputs were not proven different: earlier ones would
+  have been found first);
+- nothing measured: a model of rounding (``rounding.magnitude``) points at the first call
+  beyond it, but never names it: the verdict is "unresolved" there (a correct kernel may
+  round that differently); replay or measured rounding decides;
+- evidence no correct kernel produces names a module either way: another shape (not a
+  broadcast), NaN/inf where the other side is finite, integers that differ on equal
+  inputs, weights that the sidecar's fingerprints show converted wrongly.
 """
 
 from __future__ import annotations
@@ -23,18 +21,20 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from ..core.dtypes import is_float
-from ..core.tensor import TensorValue
+from ...core.dtypes import is_float
+from ...core.node import Node
+from ...core.tensor import TensorValue
 from .evidence import Evidence
 from .findings import Finding, Verdict
-from .flow import Flow, Producer, Slot
-from .metrics import TensorDiff, same_shape
-from .noise import DiffStats, PairStats, diff_stats, dtype_name, padding_rows, unit_roundoff
-from .rounding import B_CODE, B_INPUTS, B_LEAF, CERTAIN, K_CODE, K_LEAF, accumulation, coherence, magnitude
+from ..align.flow import Flow, Producer, Slot
+from ..measure.metrics import TensorDiff, same_shape
+from ..measure.noise import DiffStats, PairStats, diff_stats, dtype_name, padding_rows, unit_roundoff
+from ..measure.measured import accumulated
+from ..measure.rounding import B_CODE, B_INPUTS, B_LEAF, CERTAIN, K_CODE, K_LEAF, accumulation, magnitude, proven
 from .weights import WeightFinding
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .comparison import Match
+    from ..comparison import Match
 
 #: weight findings that a correct conversion never shows, and the score each gives the module
 _WEIGHT_SCORES = {"transposed": 3.0, "shape": 3.0, "scaled": 3.0, "rows": 3.0, "columns": 3.0, "rounded": 3.0,
@@ -58,6 +58,8 @@ class FileVerdict:
         self._stats: dict[int, DiffStats | None] = {}
         self._at: dict[int, DiffStats | None] = {}
         self.findings: list[Finding] = []
+        self.measured_places = 0  # tensors judged on both sides' measured rounding
+        self._wider: list[Finding] = []  # findings widened to a call holding unmeasured code (``_widened``)
         self._done = False
 
     # -- one tensor ----------------------------------------------------------------------
@@ -119,7 +121,7 @@ class FileVerdict:
         """A shape or NaN/inf mismatch: born here unless a tensor it read already failed the same way."""
         handed = any(self._broken(copy) for s in producer.inputs for copy in self.flow_a.copies(s))
         u = unit_roundoff(diff.dtype, diff.b_dtype)
-        stats = DiffStats(n=0, rel=math.inf, u=u, scale=0.0, scale_z=0.0, row_z=0.0, value_z=0.0, trend=0.0)
+        stats = DiffStats(n=0, rel=math.inf, u=u, rms=math.inf)
         finding = Finding(producer.node, stats, math.inf if handed else 0.0, producer=producer, slot=slot)
         what = self._what(producer, slot)
         finding.evidence.append(Evidence(
@@ -172,14 +174,56 @@ class FileVerdict:
                     "exact", d.rel, 0.0, score,
                     f"{what} differ (an integer or bool tensor)" + (", made from inputs that differ" if e_in else "")))
             return finding
-        k, b = self._allowance(producer)
-        longest = max((s.tensor.shape[-1] for s in readable), default=1)
-        finding.evidence.append(magnitude(d, e_in, k, b + accumulation(longest, d.u), what))
         finding.own = math.sqrt(max(d.rel**2 - e_in**2, 0.0))  # beyond what it was handed, passed on as is
+        both = self._accumulated(slot)
+        if both is not None:
+            (acc_a, scale), (acc_b, _) = both
+            evidence = proven(d, acc_a, acc_b, scale or d.norm, what)
+            finding.evidence.append(evidence)
+            self.measured_places += 1
+            if evidence.score >= 1:
+                finding.evidence.extend(self._weight_evidence(producer))
+                if any(e.test == "weights" and e.score >= 1 for e in finding.evidence):
+                    return finding  # its own weights differ: the module itself, whatever it read
+                return self._widened(finding, producer, readable)
+        else:
+            k, b = self._allowance(producer)
+            longest = max((s.tensor.shape[-1] for s in readable), default=1)
+            finding.evidence.append(magnitude(d, e_in, k, b + accumulation(longest, d.u), what))
         if d.rel > 0 and producer.kind != "inputs":
-            finding.evidence.extend(coherence(d, known, what))
             finding.evidence.extend(self._weight_evidence(producer))
         return finding
+
+    def _widened(self, finding: Finding, producer: Producer, readable: list[Slot]) -> Finding:
+        """A proven difference whose producer read a tensor that differs and was not measured (code between
+        modules, e.g. attention's core inside ``self_attn``, made it): it was not proven right, so the difference
+        is born in that code or here. The finding names the innermost call that holds both."""
+        for s in readable:
+            before = self.stats(s) if is_float(s.tensor.dtype) else None
+            upstream = s.source.producer
+            if before is None or before.rel == 0 or upstream is None or self._accumulated(s) is not None:
+                continue
+            node = _common(upstream.node, producer.node)
+            if node is producer.node:
+                continue
+            widened = upstream if node is upstream.node else Producer(node, "glue", producer.event, [finding.slot],
+                                                                     producer.inputs)
+            note = f"{s.node.module_path}'s {s.io} {s.arg} differs and was not measured"
+            self._wider.append(Finding(node, finding.stats, finding.inherited, list(finding.evidence), widened,
+                                       finding.slot, note, finding.own))
+            return finding
+        return finding
+
+    def _accumulated(self, slot: Slot) -> tuple[tuple[float, float], tuple[float, float]] | None:
+        """``((acc_a, scale_a), (acc_b, scale_b))`` where both traces measured the rounding of this tensor."""
+        place, diff = self.place(slot)
+        match = self.matches.get(id(place.node))
+        if diff is None or match is None:
+            return None
+        mine = accumulated(self.flow_a, place)
+        other = self.flow_b.slot(match.b, place.io, diff.b_arg)
+        theirs = accumulated(self.flow_b, other) if other is not None else None
+        return (mine, theirs) if mine is not None and theirs is not None else None
 
     @staticmethod
     def _allowance(producer: Producer) -> tuple[float, float]:
@@ -223,6 +267,8 @@ class FileVerdict:
             for _, passed, producer in sorted(stretches, key=lambda item: item[:2]):
                 for slot in producer.outputs:
                     finding = self.judge_passed(producer, slot) if passed else self.judge(producer, slot)
+                    self.findings.extend(self._wider)  # the call holding it comes first: the verdict names it
+                    self._wider.clear()
                     if finding is not None:
                         self.findings.append(finding)
             self._done = True
@@ -250,6 +296,13 @@ class FileVerdict:
             return Verdict("files", "diverge", self._pruned_before(first) or first, findings=findings)
         if not findings:
             return Verdict("files", "nothing", reason="no aligned float tensors with full values on both sides")
+        open_ = next((f for f in findings if f.unresolved), None)
+        if open_ is not None:
+            d = open_.stats
+            reason = (f"unresolved at {open_.node.module_path}: differs by {d.rms:.2g} (RMS, {d.ulps:.3g} u of "
+                      f"{dtype_name(d.u)}) and nothing measured tells a correct kernel's rounding from a bug; replay "
+                      "the live port or trace with measure_rounding=True")
+            return Verdict("files", "unresolved", open_, reason=reason, findings=findings)
         worst = max(findings, key=lambda f: f.stats.ulps if math.isfinite(f.stats.ulps) else 0.0)
         if all(f.stats.rel == 0 for f in findings):
             return Verdict("files", "equal", reason="every compared tensor is equal bit for bit", findings=findings)
@@ -257,7 +310,13 @@ class FileVerdict:
         u = last.u or worst.stats.u
         reason = (
             f"the outputs differ by {last.ulps:.3g} u of {dtype_name(u)} (at most {worst.stats.ulps:.3g} u, at "
-            f"{worst.node.module_path}), and call by call no difference grows beyond what its inputs and "
-            f"{dtype_name(u)} rounding explain"
+            f"{worst.node.module_path}), and call by call no difference grows beyond the rounding "
+            + ("both traces measured" if self.measured_places else f"of {dtype_name(u)}")
         )
         return Verdict("files", "rounding", reason=reason, findings=findings)
+
+
+def _common(a: Node, b: Node):
+    """The innermost call holding both ``a`` and ``b`` (one of them when it holds the other)."""
+    held = {id(n) for n in (a, *a.ancestors())}
+    return next((n for n in (b, *b.ancestors()) if id(n) in held), a)

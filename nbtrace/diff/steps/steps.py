@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .cache_check import CacheDivergence
-from .divergence import FirstDivergence
+from ..verdict.divergence import FirstDivergence
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas
 
-    from ..core.trace import Trace
-    from .comparison import Comparison
+    from ...core.trace import Trace
+    from ..comparison import Comparison
 
 #: where a run first diverges: in a step's trace (a FirstDivergence with its ``step``), or in its KV cache
 StepDivergence = FirstDivergence | CacheDivergence
@@ -32,7 +32,7 @@ Tokens = tuple[int, ...] | None
 class StepResult:
     """One step of the two runs, side by side.
 
-    ``status`` is one of ``diff.report.STATUSES``: "match", "first" (the run's first
+    ``status`` is one of ``diff.verdict.report.STATUSES``: "match", "first" (the run's first
     divergence), "diverged" or "no_data" (nothing could be compared). Pairs are (a, b):
     ``input_length`` (positions fed), ``past_length`` (positions in the KV cache before the
     step), ``tokens`` (the token each sequence picked; None when the traces cannot tell) and
@@ -143,18 +143,18 @@ class StepsComparison:
     # -- views -----------------------------------------------------------------------
     def summary(self) -> str:
         """A few lines for a terminal: steps, tokens, the first diverging step and module, and why."""
-        from ..render.steps_text import steps_summary
+        from ...render.steps_text import steps_summary
 
         return steps_summary(self)
 
     def to_dataframe(self) -> pandas.DataFrame:
         """One row per paired step: step, input length, tokens, status, module, reason."""
-        from ..render.steps_frame import steps_frame
+        from ...render.steps_frame import steps_frame
 
         return steps_frame(self)
 
     def _repr_html_(self) -> str:
-        from ..render.steps_html import steps_html
+        from ...render.steps_html import steps_html
 
         return steps_html(self)
 

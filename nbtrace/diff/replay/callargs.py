@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from ..core.tensor import TensorValue
+from ...core.tensor import TensorValue
 
 _DTYPES = {f"torch.{name}": getattr(torch, name) for name in (
     "float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool")}

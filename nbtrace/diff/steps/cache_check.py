@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..core.generation import CACHE_ARGUMENTS, CacheFacts
-from ..core.node import Node
-from ..core.paths import role
-from ..core.trace import Trace
-from .metrics import default_tolerance
+from ...core.generation import CACHE_ARGUMENTS, CacheFacts
+from ...core.node import Node
+from ...core.paths import role
+from ...core.trace import Trace
+from ..measure.metrics import default_tolerance
 
 #: relative tolerance of the appended keys'/values' stats, against their largest magnitude: at least this,
 #: and twice the default of the cache's dtype (``metrics.TOLERANCE``)

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..core.node import Node
+from ...core.node import Node
 from .evidence import Evidence
-from .flow import Producer, Slot
-from .noise import DiffStats
-from .rounding import SUSPECT
+from ..align.flow import Producer, Slot
+from ..measure.noise import DiffStats
+from ..measure.rounding import DECISIVE, SUSPECT
 
 
 @dataclass(eq=False)
@@ -36,20 +36,33 @@ class Finding:
 
     @property
     def score(self) -> float:
-        return max((e.score for e in self.evidence), default=0.0)
+        """The best score of a decisive test (one whose flag proves a difference of function)."""
+        return max((e.score for e in self.evidence if e.test in DECISIVE), default=0.0)
+
+    @property
+    def open(self) -> float:
+        """The best score of a test that is not decisive (a model of rounding, files without measurements)."""
+        return max((e.score for e in self.evidence if e.test not in DECISIVE), default=0.0)
 
     @property
     def flagged(self) -> bool:
         return self.score >= 1.0
 
+    @property
+    def unresolved(self) -> bool:
+        """Beyond what a model of rounding allows, yet proven by nothing: replay or measured rounding decides."""
+        return not self.flagged and self.open >= 1.0
+
     def top(self) -> Evidence | None:
-        return max(self.evidence, key=lambda e: e.score) if self.evidence else None
+        decisive = [e for e in self.evidence if e.test in DECISIVE] or self.evidence
+        return max(decisive, key=lambda e: e.score) if decisive else None
 
 
 @dataclass
 class Verdict:
-    """One method's answer: ``state`` is "diverge" (``finding`` is where it is born), "rounding" (outputs differ,
-    all of it explained by rounding), "equal" (bit for bit) or "nothing" (nothing comparable)."""
+    """One method's answer: ``state`` is "diverge" (``finding`` is where it is born), "unresolved" (``finding``:
+    the first call that differs beyond a model of rounding, nothing measured proves it), "rounding" (outputs
+    differ within measured rounding), "equal" (bit for bit) or "nothing" (nothing comparable)."""
 
     method: str
     state: str

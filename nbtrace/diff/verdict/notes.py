@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..core.structure import has_pruning_gaps
-from .noise import dtype_name
+from ...core.structure import has_pruning_gaps
+from ..measure.noise import dtype_name
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .comparison import Comparison
+    from ..comparison import Comparison
 
 #: Below this share of a's calls aligned with b, "agree" is not said: the verdict is "unresolved".
 MIN_COVERAGE = 0.5
@@ -47,7 +47,7 @@ def comparison_notes(comparison: Comparison) -> list[str]:
         notes.append(f"{len(ambiguous)} pair(s) of calls could not be told apart by structure and were paired by "
                      f"their values ({shown}{'…' if len(ambiguous) > 3 else ''}): pass rename= to pair them by path")
     if comparison.rename is not None and comparison.alignment.method == "rename":
-        from .align import align
+        from ..align.align import align
 
         without = len(align(comparison.a, comparison.b, None, comparison.flows).pairs)
         if without > len(comparison.matches):
@@ -71,6 +71,8 @@ def verdict_notes(comparison: Comparison) -> list[str]:
             notes.append(replay.note)
     if comparison.method == "tolerance" or comparison.first_divergence is not None or not comparison.matches:
         return notes
+    if getattr(comparison, "unresolved", None) is not None:
+        return notes
     units = [m.difference.unit for m in comparison.matches if m.difference is not None and m.difference.out]
     if not units:
         return notes
@@ -78,10 +80,10 @@ def verdict_notes(comparison: Comparison) -> list[str]:
     reasons = []
     if comparison.suspects:  # each view lists them (Comparison.suspects, "close to a flag")
         reasons.append(f"{len(comparison.suspects)} call(s) came close to a flag")
-    if comparison.method == "files" and name in ("bfloat16", "float16"):
+    if comparison.method == "files" and name in ("bfloat16", "float16") and comparison.decided_by != "measured rounding":
         reasons.append(f"an error smaller than one {name} rounding per element (an activation approximation such as "
-                       "GELU tanh vs exact) is not resolved from files: compare(a, port_module) replays each module "
-                       "on a's inputs")
+                       "GELU tanh vs exact) is not resolved from files without measured rounding: compare(a, "
+                       "port_module) replays each module on a's inputs")
     if reasons:
         notes.append(f"agree within what {name} resolves ({'; '.join(reasons)})")
     return notes

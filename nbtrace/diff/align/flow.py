@@ -31,9 +31,9 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..core.node import Node, PrunedGap
-from ..core.tensor import TensorValue
-from ..core.trace import Trace
+from ...core.node import Node, PrunedGap
+from ...core.tensor import TensorValue
+from ...core.trace import Trace
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch

@@ -1,40 +1,37 @@
-"""The verdict from replay: which port module, run on the reference's own inputs, is off beyond rounding.
+"""The verdict from replay: which port module, run on the reference's own inputs, computes another function.
 
-For each replayed call (``replay.Replayed``), in units of the dtype's ``u``:
+For each replayed call (``replay.Replayed``), RMS norms against the port's float64 result ``T_b``:
 
-- math: ``port64(x)`` against the reference's output. For a correct port this is the
-  reference's own rounding, about the port's own rounding (``port(x)`` vs ``port64(x)``) or
-  one rounding of the exact result, whichever is larger;
-- the same difference tested for a global scale or a dependence on the value (nothing is
-  inherited: an approximation such as GELU tanh vs exact is smaller than one bf16 rounding,
-  but systematic);
-- lost precision: the port's own rounding far more coherent along rows than the
-  reference's (a variance or maximum kept in the model dtype instead of float32: exact in
-  float64, so invisible to the math test).
+- replayed (``rounding.replayed``): ``‖y_a − T_b‖ > k·e + floor``, with ``e`` the reference's own
+  rounding where it was measured (its trace's ``measure_rounding``, or the reference live: ``‖y_a −
+  T_a‖``), k = 2; else the port's own rounding ``‖p − T_b‖`` (at least one rounding of ``T_b`` to
+  the dtype) standing in, k = 3;
+- both live (``rounding.live``): ``‖T_a − T_b‖ > 2 (r_a + r_b) + floor``, r each side's float32
+  result against its float64 one.
 
-A call is flagged at a score >= 1. The difference is born in the first flagged call (in
-call order) none of whose replayed descendants is flagged: its own code. Where a call
-could not be replayed, the verdict from files answers for it (``with_fallback``).
+A port whose own output reproduces the reference's output exactly cannot be flagged (its float64
+result is within its own rounding of it). The difference is born in the first flagged call (in
+call order) none of whose replayed descendants is flagged: its own code. Where a call could not be
+replayed, the verdict from files answers for it (``with_fallback``).
 """
 
 from __future__ import annotations
 
-from .findings import Finding, Verdict
+from ..measure import rounding
+from ..verdict.findings import Finding, Verdict
 from .replay import Replayed
-from .rounding import coherence, replay_math, replay_precision
 
 
 def judge(r: Replayed) -> Finding | None:
     """The finding of one replayed call (None when it was not replayed)."""
-    if r.problem is not None or r.own is None or r.math is None or r.rounding is None or r.ideal is None:
+    if r.problem is not None or r.own is None or r.math is None or r.rounding is None:
         return None
-    m, q, u = r.math, r.rounding, r.own.u or 1.0
     finding = Finding(r.a, r.own, 0.0, own=r.own.rel)
-    finding.evidence.append(replay_math(m.rel, q.rel, r.ideal, u))
-    if m.rel > 0:
-        what = "replayed, the port's float64 output"
-        finding.evidence.extend(coherence(m, [], what, "replay"))
-    finding.evidence.append(replay_precision(q.row_z, m.row_z, r.own.rel / u))
+    if r.own.rms == 0:  # the port reproduces the reference's output bit for bit: nothing to flag
+        return finding
+    finding.evidence.append(rounding.replayed(r.difference, r.reference_own, r.port_own, r.one, r.scale))
+    if r.live is not None:
+        finding.evidence.append(rounding.live(*r.live, r.scale))
     return finding
 
 
@@ -58,9 +55,15 @@ def replay_verdict(results: list[Replayed]) -> Verdict:
 def with_fallback(replayed: Verdict, results: list[Replayed], files: Verdict) -> tuple[Verdict, str | None]:
     """Replay's answer, or the files' where replay could not run the call the files name (or a call holding it)
     and replay found nothing earlier; returns the verdict and a note saying which answered, if the files did."""
+    by_node = {id(r.a): r for r in results}
+    if files.state == "unresolved" and files.finding is not None and replayed.state == "rounding":
+        held = by_node.get(id(files.finding.node))
+        if held is None or held.problem is not None or held.ambiguous:
+            why = ("its output was not recorded and the tensors that may be it disagree" if held is not None
+                   and held.problem is None else (held.problem if held is not None else "it was not replayed"))
+            return files, f"replay cannot settle {files.finding.node.module_path} ({why})"
     if files.state != "diverge" or files.finding is None:
         return replayed, None
-    by_node = {id(r.a): r for r in results}
     node = files.finding.node
     chain = [node, *node.ancestors()]
     blocked = next((n for n in chain if id(n) in by_node and by_node[id(n)].problem is not None), None)

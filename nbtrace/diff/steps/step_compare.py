@@ -16,13 +16,13 @@ from typing import Any
 
 from torch import nn
 
-from ..core.forwards import forward_sources, holds_several_forwards
-from ..core.generation import CacheFacts, cache_facts, fed_tokens, input_length, picked_tokens, token_margins
-from ..core.load import load_trace
-from ..core.trace import Trace
+from ...core.forwards import forward_sources, holds_several_forwards
+from ...core.generation import CacheFacts, cache_facts, fed_tokens, input_length, picked_tokens, token_margins
+from ...core.load import load_trace
+from ...core.trace import Trace
 from .cache_check import CacheDivergence, cache_difference, cache_user
-from .comparison import Comparison
-from .comparison import compare as compare_forward
+from ..comparison import Comparison
+from ..comparison import compare as compare_forward
 from .steps import StepResult, StepsComparison
 
 _ACCEPTS = "a Trace, a trace file or folder, a list of Traces or paths, or a Recorder"
@@ -92,6 +92,7 @@ def compare(
     ignore: str | None = None,
     check_cache: bool = True,
     replay: bool | str = True,
+    inputs: Any = None,
     **options: Any,
 ) -> Comparison | StepsComparison:
     """Compare ``b`` against the reference ``a``: a Comparison for two single forwards, else a StepsComparison.
@@ -111,8 +112,22 @@ def compare(
     for that call (``live.py``); ``replay`` limits that ("leaves", "all"; False: the verdict from files).
     ``inputs_map`` (recorded argument -> the port's parameter) or ``call`` (``call(port, *args, **kwargs)``,
     the arguments as recorded) say how the recorded inputs map onto the port's ``forward``.
+
+    Both may be live modules, with ``inputs`` (a tensor, a dict of keywords, or ``(args, kwargs)``): both are
+    traced on them, aligned, and each aligned pair is run in float64 on the reference's recorded inputs
+    (``decided_by == "both live"``).
     """
     options.update(rename=rename, rtol=rtol, atol=atol, ignore=ignore)
+    if isinstance(a, nn.Module):
+        if not isinstance(b, nn.Module) or inputs is None:
+            raise ValueError("a live reference module needs a live port module and inputs=: "
+                             "compare(reference_module, port_module, inputs=(args, kwargs) or a dict or a tensor)")
+        from ..replay.live import compare_both_live
+
+        return compare_both_live(a, b, inputs, replay=replay, **options)
+    if inputs is not None:
+        raise ValueError("inputs= is for two live modules (compare(reference_module, port_module, inputs=...)); "
+                         "with a trace as the reference the port runs on its recorded inputs")
     check_side(a, "a")
     if not isinstance(b, nn.Module):
         check_side(b, "b", " or the live port (an nn.Module)")
@@ -120,7 +135,7 @@ def compare(
         if holds_several(a):
             raise ValueError("a live port can be compared with one forward of the reference; for several "
                              "(generate), trace the port too and compare the two runs")
-        from .live import compare_live
+        from ..replay.live import compare_live
 
         return compare_live(a, b, replay=replay, **options)
     live_only = [key for key in ("inputs_map", "call") if key in options]

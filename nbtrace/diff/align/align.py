@@ -25,10 +25,10 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ..core.node import Node
-from ..core.paths import layer_number
-from ..core.structure import has_pruning_gaps, would_be_pruned
-from ..core.trace import Trace
+from ...core.node import Node
+from ...core.paths import layer_number
+from ...core.structure import has_pruning_gaps, would_be_pruned
+from ...core.trace import Trace
 from .anchors import lcs_anchors, unique_anchors
 from .call_features import CallFeatures, features, pair_score
 from .flow import Flow

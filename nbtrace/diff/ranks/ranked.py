@@ -17,13 +17,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING
 
-from ..core.dtypes import dtype_kind, short_dtype
-from ..core.node import Node
-from ..core.ranks import DistributedInfo, Layout, distributed_info
-from ..core.tensor import TensorValue
-from ..core.trace import Trace
-from .metrics import TensorDiff, default_tolerance, diff_tensors
-from .pairing import CallObserver, compare_calls
+from ...core.dtypes import dtype_kind, short_dtype
+from ...core.node import Node
+from ...core.ranks import DistributedInfo, Layout, distributed_info
+from ...core.tensor import TensorValue
+from ...core.trace import Trace
+from ..measure.metrics import TensorDiff, default_tolerance, diff_tensors
+from ..align.pairing import CallObserver, compare_calls
 from .reassemble import (
     assemble,
     expected_piece,

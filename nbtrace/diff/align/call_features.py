@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import re
 
-from ..core.dtypes import dtype_kind
-from ..core.node import Node
-from ..core.paths import path_numbers
+from ...core.dtypes import dtype_kind
+from ...core.node import Node
+from ...core.paths import path_numbers
 from .flow import Flow
 
 _MIN_SCORE = 3.0  # weaker pairs are never matched

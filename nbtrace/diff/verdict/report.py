@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .comparison import Comparison
+    from ..comparison import Comparison
 
 #: A call's status in a comparison; render/vocabulary.py gives each its words and colour.
 STATUSES = ("match", "diverged", "first", "only_a", "no_data")

@@ -6,9 +6,9 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from ..core.dtypes import dtype_kind
-from ..core.node import Node
-from .metrics import TensorDiff, diff_tensors, same_shape
+from ...core.dtypes import dtype_kind
+from ...core.node import Node
+from ..measure.metrics import TensorDiff, diff_tensors, same_shape
 
 #: called with a's call, a TensorDiff of it and the two full tensors (see ``metrics.diff_tensors``)
 CallObserver = Callable[[Node, TensorDiff, Any, Any], None]

@@ -1,48 +1,51 @@
 """Replay: each aligned port module run again on the inputs the REFERENCE recorded for that call.
 
-Nothing is inherited then: whatever the port's output differs by is its own doing. Per
-call, on the reference's recorded inputs ``x``:
+Nothing is inherited then: whatever the port's output differs by is its own doing. Per call, on
+the reference's recorded inputs ``x`` (moved to the port module's device; results brought back to
+the host once per call):
 
-- ``port(x)`` in the port's dtype, against the reference's recorded output ``ref``;
-- ``port64(x)``: the same module copied to float64, inputs upcast — its math without rounding;
-- so ``port(x) − ref`` splits into the port's rounding ``port(x) − port64(x)`` and a difference
-  in the math (plus the reference's own rounding) ``port64(x) − ref``.
+- ``p = F_b(x)``, the port in its own dtype and kernels;
+- ``T_b = F_b64(x)``, the same module copied to float64, TF32 off, the math attention backend
+  (``exact.py``): the port's function without rounding;
+- with the reference live too (``compare(reference_module, port_module, inputs)``): ``T_a =
+  F_a64(x)`` and each side's float32 result, whose distance from its float64 one is the precision of
+  the truths themselves.
 
+The numbers are RMS norms (``Replayed``); ``replay_verdict.py`` applies the measured rules.
 Arguments are rebuilt from the port's own recorded call (names, printed non-tensor values;
-``callargs.py``), each tensor replaced by the reference's tensor the comparison paired with
-it; a float tensor without a partner stays the port's own (and is noted: it may carry an
-inherited difference). A call whose arguments cannot be rebuilt, whose module is not found,
-or that raises, is listed with the reason. The reference's output of a call with children
-is not recorded: it is the tensor handed on right after it, or its last child's output,
-whichever is closest to ``port64(x)`` (``Flow.call_output``).
+``callargs.py``), each tensor replaced by the reference's tensor the comparison paired with it; a
+float tensor without a partner stays the port's own (and is noted). A call whose arguments cannot be
+rebuilt, whose module is not found, or that raises, is listed with the reason. The reference's
+output of a call with children is not recorded: it is the tensor handed on right after it, or its
+last child's output, whichever is closest to ``T_b`` (``Flow.call_output``).
 
-Memory: one module is copied to float64 at a time and dropped after its call. ``scope``
-limits what is replayed: ``"auto"`` every call whose module holds at most as many
-parameters as the largest layer block, ``"leaves"`` calls without children, ``"all"``
-everything. The random number generators' states are restored afterwards.
+Memory: one module is copied at a time and dropped after its call. ``scope`` limits what is
+replayed: ``"auto"`` every call whose module holds at most as many parameters as the largest layer
+block, ``"leaves"`` calls without children, ``"all"`` everything. The random number generators'
+states are restored afterwards.
 """
 
 from __future__ import annotations
 
-import copy
 import math
 from dataclasses import dataclass, field
-from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
-from ..core.dtypes import is_float
-from ..core.node import Node
-from ..core.tensor import TensorValue
+from ...core.dtypes import is_float
+from ...core.node import Node
+from ...core.tensor import TensorValue
 from .callargs import Unreplayable, rebuild, tensors_of
-from .flow import Flow
-from .metrics import same_shape
-from .noise import DiffStats, as_matrix, diff_stats, relative, unit_roundoff
+from ..align.flow import Flow
+from ..measure import measured
+from ..measure.noise import DiffStats, as_matrix, diff_stats, relative, unit_roundoff
+from .exact import cast, copy_in, device_of, exact_numerics, float64_copy, to_device
+from ..measure.metrics import same_shape
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .comparison import Match
+    from ..comparison import Match
 
 SCOPES = ("auto", "leaves", "all")
 _FAR = 0.5  # a candidate output farther than this (relative) from port64(x) is not the call's output
@@ -59,6 +62,16 @@ class Replayed:
     math: DiffStats | None = None  # port64(x) vs ref
     rounding: DiffStats | None = None  # port(x) vs port64(x)
     ideal: float | None = None  # one rounding of port64(x) to the dtype, relative
+    # the measured rules' numbers (RMS norms, absolute)
+    difference: float = 0.0  # ‖y_a − T_b‖
+    port_own: float = 0.0  # ‖p − T_b‖
+    one: float = 0.0  # ‖T_b − T_b rounded to the dtype‖
+    scale: float = 0.0  # RMS of T_b
+    reference_own: float | None = None  # ‖y_a − T_a‖: measured by the reference's trace, or live
+    live: tuple[float, float, float] | None = None  # both live: (‖T_a − T_b‖, r_a, r_b)
+    device: str = "cpu"
+    ambiguous: bool = False  # a call with children whose possible recorded outputs disagree (the closest was used)
+    output_tensor: torch.Tensor | None = None  # that tensor
     output: str = ""  # which recorded tensor of a stood for the reference's output
     numbers: tuple[float, float, float | None] = (0.0, 0.0, None)  # max_abs, max_rel, cosine of port(x) vs ref
     notes: list[str] = field(default_factory=list)
@@ -75,24 +88,15 @@ def find_module(model: nn.Module, path: str) -> nn.Module | None:
         return None
 
 
-def float64_copy(module: nn.Module) -> nn.Module:
-    """A copy of ``module`` with its float parameters and buffers in float64 (no copy in its own dtype first)."""
-    memo: dict[int, Any] = {}
-    for tensor in chain(module.parameters(), module.buffers()):
-        if tensor.is_floating_point():
-            wide = tensor.detach().to(torch.float64)
-            memo[id(tensor)] = nn.Parameter(wide, requires_grad=False) if isinstance(tensor, nn.Parameter) else wide
-    return copy.deepcopy(module, memo)
-
-
 class Replayer:
     """Replays the aligned calls of a live port against the reference's trace."""
 
     def __init__(self, port: nn.Module, flows: tuple[Flow, Flow], matches: list[Match],
-                 valid: torch.Tensor | None, scope: str = "auto") -> None:
+                 valid: torch.Tensor | None, scope: str = "auto", reference: nn.Module | None = None) -> None:
         if scope not in SCOPES:
             raise ValueError(f"replay must be True, False or one of {SCOPES}; got {scope!r}")
         self.port, self.matches, self.valid, self.scope = port, matches, valid, scope
+        self.reference = reference
         self.flow_a, self.flow_b = flows
         self.budget = _budget(port, [m.b for m in matches]) if scope == "auto" else math.inf
 
@@ -126,16 +130,56 @@ class Replayer:
         except Unreplayable as exc:
             result.problem = str(exc)
             return result
+        device = device_of(module)
+        result.device = str(device)
+        args, kwargs = to_device(args, device), to_device(kwargs, device)
         try:
-            out = tensors_of(module(*args, **kwargs))
-            wide = float64_copy(module)
-            out64 = tensors_of(wide(*_up(args), **_up(kwargs)))
-            del wide
+            out = _host(module(*args, **kwargs))
+            out64 = _host(_exact(module, torch.float64, args, kwargs))
         except Exception as exc:  # noqa: BLE001  (a module that cannot run on these inputs)
             result.problem = f"raised {type(exc).__name__}: {str(exc)[:120]}"
             return result
         self._judge(result, out, out64)
+        if self.reference is not None and result.problem is None:
+            self._live(match, result, module, args, kwargs, out64)
         return result
+
+    def _live(self, match: Match, result: Replayed, port_module: nn.Module, args: Any, kwargs: Any,
+              out64: list[torch.Tensor]) -> None:
+        """Both live: the reference's module in float64 and float32 on its own recorded inputs; the port's in
+        float32 on the same values."""
+        assert self.reference is not None
+        module = find_module(self.reference, match.a.module_path)
+        if module is None:
+            result.notes.append(f"the reference has no module {match.a.module_path}: replayed from its files")
+            return
+        try:
+            a_args, a_kwargs = rebuild(match.a.inputs, self._own(result))
+            device = device_of(module)
+            a_args, a_kwargs = to_device(a_args, device), to_device(a_kwargs, device)
+            ref64 = _first_float(_host(_exact(module, torch.float64, a_args, a_kwargs)))
+            ref32 = _first_float(_host(_exact(module, torch.float32, a_args, a_kwargs)))
+            port32 = _first_float(_host(_exact(port_module, torch.float32, args, kwargs)))
+        except (Unreplayable, Exception) as exc:  # noqa: BLE001
+            result.notes.append(f"the reference's module could not run: {type(exc).__name__}: {str(exc)[:120]}")
+            return
+        port64 = _first_float(out64)
+        if ref64 is None or port64 is None or ref32 is None or port32 is None or ref64.shape != port64.shape:
+            result.notes.append("the reference's and the port's float64 results do not pair")
+            return
+        result.live = (_rms(ref64, port64, self.valid), _rms(ref32, ref64, self.valid),
+                       _rms(port32, port64, self.valid))
+        if result.reference_own is None and result.output_tensor is not None:
+            result.reference_own = _rms(result.output_tensor, ref64, self.valid)
+
+    def _own(self, result: Replayed):
+        def own(arg: str, tensor: TensorValue) -> torch.Tensor:
+            loaded = self.flow_a.cache.load(tensor)
+            if loaded is None:
+                raise Unreplayable(f"argument {arg} has no full tensor in the trace (use_repr=False)")
+            return loaded.clone()
+
+        return own
 
     def _substitute(self, match: Match, result: Replayed):
         partner = {d.b_arg: d.arg for d in match.diffs if d.io == "input" and same_shape(d.shape, d.b_shape)}
@@ -168,16 +212,51 @@ class Replayer:
             result.problem = "the reference recorded no output of this shape for this call"
             return
         slot, ref = min(loaded, key=lambda item: relative(item[1], port64, self.valid))
+        result.ambiguous = any(not torch.equal(t, ref) for _, t in loaded)
         if result.a.children and relative(ref, port64, self.valid) > _FAR:
             result.problem = "its output matches none of the reference's recorded tensors"
             return
         result.output = f"{slot.node.module_path} {slot.io} {slot.arg}"
+        result.output_tensor = ref
         u = unit_roundoff(ref.dtype, port_out.dtype)
         result.own = diff_stats(ref, port_out, self.valid, u)
         result.math = diff_stats(ref, port64, self.valid, u)
         result.rounding = diff_stats(port64, port_out, self.valid, u)
         result.ideal = relative(port64, port64.to(port_out.dtype), self.valid)
         result.numbers = _numbers(ref, port_out, self.valid)
+        result.difference = result.math.rms
+        result.port_own = result.rounding.rms
+        result.one = _rms(port64.to(port_out.dtype), port64, self.valid)
+        result.scale = result.math.norm if result.math.norm else _rms(port64, torch.zeros_like(port64), self.valid)
+        if slot.io == "output" and slot.node is result.a:
+            result.reference_own = getattr(measured.measured_of(result.a).get(slot.arg), "own", None)
+
+
+def _exact(module: nn.Module, dtype: torch.dtype, args: Any, kwargs: Any) -> Any:
+    """``module`` copied to ``dtype`` and run on ``args`` cast to it, with exact numerics (``exact.py``)."""
+    copied = float64_copy(module) if dtype is torch.float64 else copy_in(module, dtype)
+    try:
+        with exact_numerics():
+            return copied(*cast(args, dtype), **cast(kwargs, dtype))
+    finally:
+        del copied
+
+
+def _host(value: Any) -> list[torch.Tensor]:
+    """The tensors of a module's return value, brought to the host once."""
+    return [t.detach().cpu() for t in tensors_of(value)]
+
+
+def _first_float(tensors: list[torch.Tensor]) -> torch.Tensor | None:
+    return next((t for t in tensors if t.is_floating_point()), None)
+
+
+def _rms(x: torch.Tensor, y: torch.Tensor, valid: torch.Tensor | None) -> float:
+    """RMS of ``y − x`` over finite, non-padding elements."""
+    a, b = as_matrix(x, valid), as_matrix(y, valid)
+    finite = torch.isfinite(a) & torch.isfinite(b)
+    count = int(finite.sum())
+    return float(torch.where(finite, b - a, 0.0).norm()) / math.sqrt(count) if count else 0.0
 
 
 def _numbers(ref: torch.Tensor, out: torch.Tensor, valid: torch.Tensor | None) -> tuple[float, float, float | None]:
@@ -197,15 +276,3 @@ def _budget(port: nn.Module, nodes: list[Node]) -> float:
     sizes = [sum(p.numel() for p in m.parameters()) for node in nodes if node.is_layer_block
              and (m := find_module(port, node.module_path)) is not None]
     return max(sizes) if sizes else math.inf
-
-
-def _up(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.to(torch.float64) if value.is_floating_point() else value
-    if isinstance(value, tuple):
-        return tuple(_up(v) for v in value)
-    if isinstance(value, list):
-        return [_up(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _up(v) for k, v in value.items()}
-    return value

@@ -23,13 +23,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..core.node import Node
+from ...core.node import Node
 from .evidence import Evidence
-from .metrics import TensorDiff
+from ..measure.metrics import TensorDiff
 from .weights import WeightFinding, serious_inside
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .comparison import Comparison
+    from ..comparison import Comparison
 
 
 @dataclass
@@ -94,7 +94,7 @@ class FirstDivergence:
         return max(scores) if scores else None
 
     def __str__(self) -> str:
-        from ..render.text import describe_divergence
+        from ...render.text import describe_divergence
 
         return describe_divergence(self)
 

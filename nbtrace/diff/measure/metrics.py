@@ -32,8 +32,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..core.dtypes import is_float, short_dtype
-from ..core.tensor import STAT_NAMES, TensorValue
+from ...core.dtypes import is_float, short_dtype
+from ...core.tensor import STAT_NAMES, TensorValue
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch

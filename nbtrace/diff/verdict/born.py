@@ -14,19 +14,19 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from ..core.node import Node
+from ...core.node import Node
 from .divergence import FirstDivergence, b_only_between, unobserved_between
 from .evidence import CallDifference
 from .files_verdict import UNKNOWN_INPUTS, FileVerdict
 from .findings import Finding, Verdict
-from .flow import Slot
-from .metrics import TensorDiff
-from .rounding import B_CODE, B_LEAF, brief, confidence
+from ..align.flow import Slot
+from ..measure.metrics import TensorDiff
+from ..measure.rounding import B_CODE, B_LEAF, DECISIVE, brief, confidence
 from .weights import serious_inside
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .comparison import Comparison
-    from .replay import Replayed
+    from ..comparison import Comparison
+    from ..replay.replay import Replayed
 
 
 def judge_from_files(comparison: Comparison) -> FileVerdict:
@@ -46,6 +46,9 @@ def apply_verdict(comparison: Comparison, judge: FileVerdict, verdict: Verdict,
     if divergence is None and verdict.state == "diverge" and verdict.finding is not None:
         divergence = file_divergence(comparison, judge, verdict.finding)
     comparison.first_divergence = divergence
+    comparison.unresolved = None
+    if verdict.state == "unresolved" and verdict.finding is not None:
+        comparison.unresolved = (verdict.finding.node.module_path, verdict.reason)
     seen: set[str] = set()
     comparison.suspects = []
     for finding in verdict.suspects:
@@ -92,7 +95,7 @@ def file_divergence(comparison: Comparison, judge: FileVerdict, finding: Finding
         pruned=pruned,
         b_only_between=b_only_between(comparison, events, good, bad),
         confidence=sure,
-        evidence=sorted(finding.evidence, key=lambda e: -e.score),
+        evidence=_decisive_first(finding.evidence),
     )
     result.reason = _reason(result, finding, culprit, seen) + (f" ({sure}: {brief(top)})" if top else "")
     result.weights = serious_inside(comparison.weights, culprit.module_path)
@@ -154,7 +157,7 @@ def fill_differences(comparison: Comparison, judge: FileVerdict, verdict: Verdic
             match.difference = CallDifference(
                 unit=finding.stats.u, out=finding.stats.rel / u, inherited=finding.inherited / u,
                 own=finding.own / u if finding.own is not None else None, score=finding.score,
-                evidence=sorted(finding.evidence, key=lambda e: -e.score), replayed=finding.producer is None)
+                evidence=_decisive_first(finding.evidence), replayed=finding.producer is None)
             continue
         ins = _largest(judge, judge.flow_a.slots(match.a, "input"))
         outs = _largest(judge, judge.flow_a.slots(match.a, "output"))
@@ -234,8 +237,13 @@ def replay_divergence(comparison: Comparison, finding: Finding, result: Replayed
         diffs=match.diffs if match else [],
         reason=reason + (f" ({confidence(finding.score)}: {brief(top)})" if top else ""),
         confidence=confidence(finding.score),
-        evidence=sorted(finding.evidence, key=lambda e: -e.score),
+        evidence=_decisive_first(finding.evidence),
         replayed=True,
     )
     result_div.weights = serious_inside(comparison.weights, node.module_path)
     return result_div
+
+
+def _decisive_first(evidence: list) -> list:
+    """Evidence as every view lists it: the decisive rules first (a model of rounding never decides), by score."""
+    return sorted(evidence, key=lambda e: (e.test not in DECISIVE, -e.score))

@@ -1,0 +1,1 @@
+"""Aligning two traces' calls: value-free features, data flow, anchors, pairing tensors."""

@@ -1,0 +1,1 @@
+"""Measuring a difference: per-element metrics and rounding measured against a float64 truth."""

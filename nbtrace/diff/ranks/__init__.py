@@ -1,0 +1,1 @@
+"""Tensor-parallel ranks: reassembling shards and comparing with a ranked side."""

@@ -1,0 +1,1 @@
+"""Replaying live modules on recorded inputs (one side or both sides live)."""

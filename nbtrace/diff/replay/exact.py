@@ -1,0 +1,107 @@
+"""Running a live module where it lives, and its float64 ground truth.
+
+- ``device_of``: the device of a module's first parameter or buffer (the CPU without any);
+- ``to_device``: recorded inputs moved there (nested tuples, lists, dicts; dtypes unchanged);
+- ``float64_copy`` / ``upcast``: the module copied to float64 (float parameters and buffers), float inputs
+  upcast, on the module's own device;
+- ``exact_numerics``: while a float64 truth is computed, TF32 is off and scaled-dot-product attention
+  takes the math backend; every flag is restored afterwards, also when the module raises.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Iterator
+from itertools import chain
+from typing import Any
+
+import torch
+from torch import nn
+
+
+def device_of(module: nn.Module) -> torch.device:
+    """Where ``module`` computes: its first parameter's or buffer's device (the CPU when it holds none)."""
+    for tensor in chain(module.parameters(), module.buffers()):
+        return tensor.device
+    return torch.device("cpu")
+
+
+def to_device(value: Any, device: torch.device) -> Any:
+    """``value`` with every tensor in it moved to ``device`` (dtypes unchanged; nothing copied when already there)."""
+    if isinstance(value, torch.Tensor):
+        return value if value.device == device else value.to(device)
+    if isinstance(value, tuple):
+        return tuple(to_device(v, device) for v in value)
+    if isinstance(value, list):
+        return [to_device(v, device) for v in value]
+    if isinstance(value, dict):
+        return {k: to_device(v, device) for k, v in value.items()}
+    return value
+
+
+def cast(value: Any, dtype: torch.dtype) -> Any:
+    """``value`` with every float tensor in it converted to ``dtype`` (other values as they are)."""
+    if isinstance(value, torch.Tensor):
+        return value.to(dtype) if value.is_floating_point() else value
+    if isinstance(value, tuple):
+        return tuple(cast(v, dtype) for v in value)
+    if isinstance(value, list):
+        return [cast(v, dtype) for v in value]
+    if isinstance(value, dict):
+        return {k: cast(v, dtype) for k, v in value.items()}
+    return value
+
+
+def upcast(value: Any) -> Any:
+    """``value`` with every float tensor in it in float64."""
+    return cast(value, torch.float64)
+
+
+def copy_in(module: nn.Module, dtype: torch.dtype) -> nn.Module:
+    """A copy of ``module`` with its float parameters and buffers in ``dtype`` (no copy in its own dtype first)."""
+    memo: dict[int, Any] = {}
+    for tensor in chain(module.parameters(), module.buffers()):
+        if tensor.is_floating_point():
+            wide = tensor.detach().to(dtype)
+            memo[id(tensor)] = nn.Parameter(wide, requires_grad=False) if isinstance(tensor, nn.Parameter) else wide
+    return copy.deepcopy(module, memo)
+
+
+def float64_copy(module: nn.Module) -> nn.Module:
+    """A copy of ``module`` with its float parameters and buffers in float64."""
+    return copy_in(module, torch.float64)
+
+
+@contextlib.contextmanager
+def exact_numerics() -> Iterator[None]:
+    """TF32 off (float32 matmul precision "highest", cuDNN's TF32 flag off) and the math attention backend while
+    the block runs; every flag restored afterwards, also when the block raises. Where a program mixed torch's
+    legacy and new TF32 settings (torch then refuses to report the precision), the legacy flag is saved instead."""
+    try:
+        precision: str | None = torch.get_float32_matmul_precision()
+    except RuntimeError:
+        precision = None
+    matmul, cudnn = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    try:
+        if precision is not None:
+            torch.set_float32_matmul_precision("highest")
+        else:
+            torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        with _math_attention():
+            yield
+    finally:
+        if precision is not None:
+            torch.set_float32_matmul_precision(precision)
+        else:
+            torch.backends.cuda.matmul.allow_tf32 = matmul
+        torch.backends.cudnn.allow_tf32 = cudnn
+
+
+def _math_attention() -> contextlib.AbstractContextManager[None]:
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+    except ImportError:  # pragma: no cover  (an older torch: its sdpa picks math for float64 anyway)
+        return contextlib.nullcontext()
+    return sdpa_kernel([SDPBackend.MATH])

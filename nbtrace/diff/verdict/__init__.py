@@ -1,0 +1,1 @@
+"""The verdict: where a difference is born, its evidence, notes and weights."""

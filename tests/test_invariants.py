@@ -1,0 +1,120 @@
+"""The invariant suite: correct kernels agree, bugs are named at their module or not at all, by every method.
+
+transformers' Llama (eager attention) against ports with the same weights (``tests/models/invariant_ports.py``),
+judged from files without measured rounding, from files with it (a stand-in until the capture side lands),
+replayed, and with both sides live. A subset of (variant or bug, dtype, method, seed) runs here, chosen so that
+every variant, bug, dtype and method appears; the whole sweep (every combination, seeds, width 1024) is
+``python benchmarks/bench_precision.py``. torch runs on one thread (small tensors: threads only contend).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import nbtrace
+from nbtrace.diff.replay import exact, replay
+from tests.models import invariant_ports as ip
+from tests.models.invariant_suite import run_case
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+CORRECT = [  # (variant, dtype, method, seed)
+    ("itself", "bf16", "replay", 0),
+    ("twice", "fp16", "live", 1),
+    ("sdpa", "bf16", "measured", 0),
+    ("flash", "bf16", "live", 0),
+    ("flash", "fp16", "replay", 0),
+    ("tf32", "fp32", "files", 0),
+    ("split_k", "fp16", "measured", 1),
+    ("fused_qkv", "bf16", "replay", 1),
+    ("fused_gate_up", "fp32", "live", 0),
+]
+
+
+@pytest.mark.parametrize(("variant", "dtype", "method", "seed"), CORRECT)
+def test_a_correct_kernel_agrees(tmp_path, variant, dtype, method, seed):
+    outcome = run_case(tmp_path, dtype, variant, None, method, seed=seed)
+    allowed = ("ok", "unresolved") if method == "files" else ("ok",)
+    assert outcome.grade in allowed, outcome
+    assert outcome.ratio < 1.0
+
+
+BUGGY = [  # (bug, dtype, method); the port's attention is sdpa: a correct kernel beside the bug
+    ("weights_x1.01", "bf16", "replay"),
+    ("lossy_weights", "fp16", "files"),
+    ("wrong_eps", "fp32", "measured"),
+    ("attn_scaling", "fp16", "live"),
+    ("row_block", "bf16", "live"),
+    ("gelu_tanh", "bf16", "live"),
+]
+
+
+@pytest.mark.parametrize(("bug", "dtype", "method"), BUGGY)
+def test_a_bug_beyond_the_measured_rounding_is_named_at_its_module(tmp_path, bug, dtype, method):
+    outcome = run_case(tmp_path, dtype, "sdpa", bug, method)
+    assert outcome.grade == "ok", outcome
+    assert outcome.named == ip.BUGS[bug][1]
+
+
+@pytest.mark.parametrize(("bug", "dtype", "method"), [("gelu_tanh", "bf16", "replay"),
+                                                      ("norm_no_upcast", "bf16", "live")])
+def test_a_bug_below_the_measured_rounding_is_never_misnamed(tmp_path, bug, dtype, method):
+    outcome = run_case(tmp_path, dtype, "flash", bug, method)
+    assert outcome.grade in ("ok", "miss", "unresolved"), outcome
+
+
+def test_a_model_against_itself_agrees_without_any_statistic(tmp_path):
+    """Identical outputs: every replayed call reproduces the reference bit for bit, so nothing is even tested."""
+    model = ip.build(256, torch.bfloat16, layers=1)
+    x = ip.inputs(length=20)
+    with torch.no_grad(), nbtrace.trace(model, debug_path=tmp_path, use_repr=False, do_prune_layers=False):
+        model(**x)
+    c = nbtrace.compare(tmp_path, model)
+    assert c.verdict == "agree" and c.decided_by == "replayed"
+    assert all(not m.difference.evidence for m in c.matches if m.difference is not None and m.difference.replayed)
+
+
+def test_replay_runs_on_the_module_device_and_restores_the_numerics(tmp_path, monkeypatch):
+    """Inputs go to the device the module's parameters are on (here a fake: the move is recorded), and the float64
+    truth runs with TF32 off and the math attention backend; every flag is back afterwards, also on an error."""
+    moved = []
+    real = replay.to_device
+    monkeypatch.setattr(replay, "to_device", lambda value, device: moved.append(str(device)) or real(value, device))
+    model = ip.build(256, torch.float32, layers=1)
+    x = ip.inputs(length=20)
+    with torch.no_grad(), nbtrace.trace(model, debug_path=tmp_path, use_repr=False, do_prune_layers=False):
+        model(**x)
+    c = nbtrace.compare(tmp_path, ip.port(model, "sdpa"))
+    assert c.verdict == "agree" and moved and set(moved) == {"cpu"}
+
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("medium")
+    try:
+        with pytest.raises(RuntimeError, match="inside"), exact.exact_numerics():
+            assert torch.get_float32_matmul_precision() == "highest" and not torch.backends.cuda.matmul.allow_tf32
+            assert not torch.backends.cudnn.allow_tf32
+            raise RuntimeError("inside")
+        assert torch.get_float32_matmul_precision() == "medium"
+    finally:
+        torch.set_float32_matmul_precision(before)
+
+
+def test_both_live_reads_like_compare_and_refuses_what_it_cannot_do(tmp_path):
+    model = ip.build(256, torch.float32, layers=1)
+    x = ip.inputs(length=20)
+    c = nbtrace.compare(model, ip.port(model, "fused_qkv"), inputs=x)
+    assert c.verdict == "agree" and c.decided_by == "both live" and c.replay.both_live
+    assert "decided by: both live" in c.summary()
+    assert c.to_dataframe().attrs["decided_by"].startswith("both live")
+    with pytest.raises(ValueError, match="inputs="):
+        nbtrace.compare(model, ip.port(model))
+    with pytest.raises(TypeError, match="inputs must be"):
+        nbtrace.compare(model, ip.port(model), inputs=[1, 2])
