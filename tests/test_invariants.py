@@ -1,7 +1,7 @@
 """The invariant suite: correct kernels agree, bugs are named at their module or not at all, by every method.
 
 transformers' Llama (eager attention) against ports with the same weights (``tests/models/invariant_ports.py``),
-judged from files without measured rounding, from files with it (a stand-in until the capture side lands),
+judged from files without measured rounding, from files with it (both traced with measure_rounding=True),
 replayed, and with both sides live. A subset of (variant or bug, dtype, method, seed) runs here, chosen so that
 every variant, bug, dtype and method appears; the whole sweep (every combination, seeds, width 1024) is
 ``python benchmarks/bench_precision.py``. torch runs on one thread (small tensors: threads only contend).

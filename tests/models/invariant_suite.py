@@ -1,7 +1,7 @@
 """Running one case of the invariant suite by one method, graded (shared by the tests and the benchmark).
 
 Methods: ``files`` (two trace folders, nothing measured), ``measured`` (two trace folders with measured
-rounding; a stand-in until the capture side lands), ``replay`` (the reference's folder against the live
+rounding: both traced with ``measure_rounding=True``), ``replay`` (the reference's folder against the live
 port), ``live`` (both modules live). Grades: ``ok`` (agrees where there is no bug; names the bug's module),
 ``unresolved`` (files without measurements may say so), ``FALSE ALARM`` (a module named where there is
 no bug), ``WRONG`` (another module named), ``miss`` (no module named where there is a bug).
@@ -17,7 +17,6 @@ import torch
 
 import nbtrace
 from tests.models import invariant_ports as ip
-from tests.models.measured_standin import measure, measured
 
 METHODS = ("files", "measured", "replay", "live")
 
@@ -42,8 +41,9 @@ class Outcome:
         return "ok" if self.named == self.expected else "WRONG"
 
 
-def _trace(model: torch.nn.Module, x: dict, folder: Path) -> None:
-    with torch.no_grad(), nbtrace.trace(model, debug_path=folder, use_repr=False, do_prune_layers=False):
+def _trace(model: torch.nn.Module, x: dict, folder: Path, measure: bool = False) -> None:
+    with torch.no_grad(), nbtrace.trace(model, debug_path=folder, use_repr=False, do_prune_layers=False,
+                                        measure_rounding=measure):
         model(**x)
 
 
@@ -65,19 +65,14 @@ def run_case(tmp: Path, dtype: str, variant: str, bug: str | None, method: str, 
         comparison = nbtrace.compare(reference, port, inputs=x, rename=rename)
     else:
         folder = Path(tmp) / f"{dtype}-{variant}-{bug}-{method}-{width}-{seed}"
-        _trace(reference, x, folder / "a")
+        _trace(reference, x, folder / "a", measure=method == "measured")
         start = time.perf_counter()
         if method == "replay":
             comparison = nbtrace.compare(folder / "a", port, rename=rename)
         else:
-            _trace(port, x, folder / "b")
+            _trace(port, x, folder / "b", measure=method == "measured")
             start = time.perf_counter()
-            if method == "files":
-                comparison = nbtrace.compare(folder / "a", folder / "b", rename=rename)
-            else:
-                a, b = nbtrace.load_trace(folder / "a"), nbtrace.load_trace(folder / "b")
-                with measured((a, measure(reference, x)), (b, measure(port, x))):
-                    comparison = nbtrace.compare(a, b, rename=rename)
+            comparison = nbtrace.compare(folder / "a", folder / "b", rename=rename)
     seconds = time.perf_counter() - start
     divergence = comparison.first_divergence
     named = divergence.module_path if divergence is not None else None
