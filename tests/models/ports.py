@@ -264,25 +264,31 @@ class TinyLlamaPort(nn.Module):
         return port
 
 
-def trace_original(folder: Path, *, use_repr: bool, prune: bool, layers: int = LAYERS, dtype=None):
-    """Trace the original on the shared inputs into ``folder``; returns the Trace."""
+def trace_original(folder: Path, *, use_repr: bool, prune: bool, layers: int = LAYERS, dtype=None,
+                   measure_rounding: bool = False):
+    """Trace the original on the shared inputs into ``folder`` (its rounding measured when asked); returns the
+    Trace."""
     import nbtrace
 
     model = build_original(layers)
     if dtype is not None:
         model = model.to(dtype)
     ids, mask = make_inputs()
-    with nbtrace.trace(model, debug_path=folder, do_prune_layers=prune, use_repr=use_repr) as rec:
+    with nbtrace.trace(model, debug_path=folder, do_prune_layers=prune, use_repr=use_repr,
+                       measure_rounding=measure_rounding) as rec:
         model(input_ids=ids, attention_mask=mask, use_cache=False)
     return rec.trace
 
 
-def trace_port(folder: Path, bugs=(), *, use_repr: bool, prune: bool, layers: int = LAYERS):
-    """Trace the port (with ``bugs``) on the shared inputs into ``folder``; returns the Trace."""
+def trace_port(folder: Path, bugs=(), *, use_repr: bool, prune: bool, layers: int = LAYERS,
+               measure_rounding: bool = False):
+    """Trace the port (with ``bugs``) on the shared inputs into ``folder`` (its rounding measured when asked);
+    returns the Trace."""
     import nbtrace
 
     port = TinyLlamaPort.from_original(build_original(layers), set(bugs))
     ids, mask = make_inputs()
-    with nbtrace.trace(port, debug_path=folder, do_prune_layers=prune, use_repr=use_repr) as rec:
+    with nbtrace.trace(port, debug_path=folder, do_prune_layers=prune, use_repr=use_repr,
+                       measure_rounding=measure_rounding) as rec:
         port(ids, mask)
     return rec.trace
