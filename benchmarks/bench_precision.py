@@ -7,8 +7,8 @@
 Cases (``tests/models/invariant_ports.py``): transformers' Llama (2 layers, eager attention) against ports with
 the same weights: correct variants (itself, run twice, sdpa, a flash-style attention, TF32 emulated, split-K,
 fused q/k/v, fused gate/up) and, on the sdpa port, each bug of the set. Methods (``tests/models/invariant_suite.py``):
-``files`` (two folders, nothing measured), ``measured`` (two folders with measured rounding; a stand-in until the
-capture side lands), ``replay`` (the live port), ``live`` (both modules live). Grades: ok, unresolved (files
+``files`` (two folders, nothing measured), ``measured`` (two folders, both traced with
+``measure_rounding=True``), ``replay`` (the live port), ``live`` (both modules live). Grades: ok, unresolved (files
 without measurements), FALSE ALARM (a module named, no bug), WRONG (another module), miss (a bug not named: below
 the measured rounding, or a method that cannot see it). Prints a table, then per method and dtype: false alarms,
 misdirections, bugs found; the largest ratio (difference / allowed) over the correct variants; seconds per case.

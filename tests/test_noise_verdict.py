@@ -9,7 +9,6 @@ import torch
 from torch import nn
 
 import nbtrace
-from tests.models.measured_standin import measure, measured
 from tests.models.precision import BUGS, DTYPES, P, build_reference, make_inputs, one_thread, sdpa_port, trace_model  # noqa: F401
 
 
@@ -29,8 +28,9 @@ class NaNPort(Net):
         return self.c(torch.relu(h))
 
 
-def _traced(model, folder, x):
-    with nbtrace.trace(model, debug_path=folder, use_repr=False, do_prune_layers=False):
+def _traced(model, folder, x, measure_rounding=False):
+    with nbtrace.trace(model, debug_path=folder, use_repr=False, do_prune_layers=False,
+                       measure_rounding=measure_rounding):
         model(x)
     return nbtrace.load_trace(folder)
 
@@ -87,9 +87,7 @@ def test_an_evidence_sentence_says_what_its_numbers_show(tmp_path):
     x = torch.randn(4096, 8)
     reference, port = Net().eval(), ScaledPort().eval()
     port.load_state_dict(reference.state_dict())
-    a, b = _traced(reference, tmp_path / "ma", x), _traced(port, tmp_path / "mb", x)
-    with measured((a, measure(reference, {"x": x})), (b, measure(port, {"x": x}))):
-        m = nbtrace.compare(a, b)
+    m = nbtrace.compare(_traced(reference, tmp_path / "ma", x, True), _traced(port, tmp_path / "mb", x, True))
     assert m.decided_by == "measured rounding" and m.first_divergence.module_path == "Net", m.summary()
     top = m.first_divergence.evidence[0]
     assert top.test == "proven" and top.score >= 1 and "k = 2 allows" in top.sentence
