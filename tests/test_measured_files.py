@@ -67,3 +67,26 @@ def test_a_bug_is_named_at_its_module_from_measured_files(tmp_path):
     assert c.first_divergence.module_path == ip.BUGS["wrong_eps"][1], c.summary()
     top = c.first_divergence.evidence[0]
     assert top.test == "proven" and top.score >= 1 and "k = 2 allows" in top.sentence
+
+
+def test_a_bug_in_pruned_layers_is_named_between_the_kept_blocks_from_measured_files(tmp_path):
+    """Pruning keys the sidecar by the calls written: a bug in a pruned block is born between the kept ones, and
+    the same pruned sdpa port without the bug agrees."""
+    from tests.models.precision import BUGS, DTYPES, P, build_reference, make_inputs, sdpa_port
+
+    def traced(model, folder):
+        with torch.no_grad(), nbtrace.trace(model, debug_path=folder, use_repr=False, do_prune_layers=True,
+                                            measure_rounding=True):
+            model(**inputs, use_cache=False)
+        return folder
+
+    reference, inputs = build_reference(DTYPES["fp16"]), make_inputs()
+    a = traced(reference, tmp_path / "a")
+    clean = nbtrace.compare(a, traced(sdpa_port(reference), tmp_path / "clean"))
+    assert (clean.verdict, clean.decided_by) == ("agree", "measured rounding"), clean.summary()
+    port = sdpa_port(reference)
+    BUGS["down_scale"].inject(port)  # layer 2 of 0..3: pruned
+    c = nbtrace.compare(a, traced(port, tmp_path / "b"))
+    first = c.first_divergence
+    assert c.decided_by == "measured rounding" and first is not None, c.summary()
+    assert first.module_path == P and first.pruned == (f"{P}.layers.1", f"{P}.layers.2"), c.summary()
