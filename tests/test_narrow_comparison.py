@@ -28,12 +28,13 @@ class PortedBlock(Block):  # the README's port: tanh-approximated gelu
         return x + self.down(nn.functional.gelu(self.up(self.norm(x)), approximate="tanh"))
 
 
-def _readme(tmp_path, port_class=PortedBlock):
+def _readme(tmp_path, port_class=PortedBlock, measure_rounding=False):
     torch.manual_seed(0)
     original = nn.Sequential(*[Block() for _ in range(4)]).eval()
     port = nn.Sequential(*[port_class() for _ in range(4)]).eval()
     port.load_state_dict(original.state_dict())
-    with nbtrace.trace(original, debug_path=tmp_path / "original", use_repr=False, do_prune_layers=False):
+    with nbtrace.trace(original, debug_path=tmp_path / "original", use_repr=False, do_prune_layers=False,
+                       measure_rounding=measure_rounding):
         original(torch.randn(2, 8, 16))
     return original, port, nbtrace.compare(tmp_path / "original", port)
 
@@ -61,10 +62,14 @@ def test_only_the_port_live_says_how_far_it_narrows(tmp_path):
 
 
 def test_a_comparison_without_a_live_port_asks_for_one(tmp_path):
-    original, port, _ = _readme(tmp_path)
-    with nbtrace.trace(port, debug_path=tmp_path / "port", use_repr=False, do_prune_layers=False):
+    # both folders measure their rounding: from unmeasured files the verdict stops at "unresolved" and names no
+    # call to narrow
+    original, port, _ = _readme(tmp_path, measure_rounding=True)
+    with nbtrace.trace(port, debug_path=tmp_path / "port", use_repr=False, do_prune_layers=False,
+                       measure_rounding=True):
         port(torch.randn(2, 8, 16))
     c = nbtrace.compare(tmp_path / "original", tmp_path / "port")
+    assert c.first_divergence is not None and c.decided_by == "measured rounding"
     with pytest.raises(ValueError, match="the port is not live: pass port="):
         nbtrace.narrow(c, reference=original)
 
@@ -83,10 +88,11 @@ def test_llama_rotary_bug_from_the_comparison_to_the_line(tmp_path):
 
 def test_only_the_port_live_names_where_it_rounds_to_a_coarser_dtype(tmp_path):
     class HalfGelu(Block):  # the gelu computed in float16 inside a float32 block
-        def forward(self, x):
-            return x + self.down(nn.functional.gelu(self.up(self.norm(x)).half()).float())
+        def forward(self, x):  # back to x's dtype (not .float()): replay runs the block in float64 too
+            return x + self.down(nn.functional.gelu(self.up(self.norm(x)).half()).to(x.dtype))
 
     _, _, c = _readme(tmp_path, HalfGelu)
+    assert c.decided_by == "replayed" and c.first_divergence.module_path == "Sequential.0"
     note = str(nbtrace.narrow(c))
     assert "rounds to a coarser dtype than the call's: Tensor.half to float16 at test_narrow_comparison.py:" in note
     _, _, faithful = _readme(tmp_path / "faithful")
