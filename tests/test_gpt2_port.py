@@ -2,8 +2,9 @@
 
 The port holds GPT-2's Conv1D weights transposed in nn.Linear, looks position embeddings up from 1-D
 position ids (its ``pos`` gives ``[T, D]`` where ``wpe`` gives ``[1, T, D]``), has its own names and
-``forward(ids)``. The clean port must agree; each planted bug must be named at its module, or, from files
-in bf16 where nothing measured the rounding, left unresolved; no case may name a wrong module.
+``forward(ids)``. The clean port must agree; each planted bug must be named at its module, replayed or from
+folders that measured their rounding; from files where nothing measured it, named there or left unresolved;
+no case may name a wrong module.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import nbtrace
 from tests.models.gpt2_port import BUGS, RENAME, build_original, build_port, make_inputs
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
-VERDICT_XFAIL = "needs the measured verdict (issue 17)"
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -29,55 +29,51 @@ def one_thread():
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
-    """``store(dtype, bug)`` -> (reference folder, port folder, live port), each built once."""
+    """``store(dtype, bug, measured)`` -> (reference folder, port folder, live port), each built once; ``measured``:
+    both folders traced with ``measure_rounding=True``."""
     built: dict = {}
 
-    def get(dtype: str, bug: str | None):
-        if (dtype, bug) not in built:
-            if (dtype, "ref") not in built:
+    def get(dtype: str, bug: str | None, measured: bool = False):
+        if (dtype, bug, measured) not in built:
+            if (dtype, "ref", measured) not in built:
                 original = build_original(DTYPES[dtype])
                 folder = tmp_path_factory.mktemp(f"gpt2-{dtype}")
                 with torch.no_grad(), nbtrace.trace(original, debug_path=folder, use_repr=False,
-                                                    do_prune_layers=False):
+                                                    do_prune_layers=False, measure_rounding=measured):
                     original(**make_inputs())
-                built[(dtype, "ref")] = (original, folder)
-            original, a = built[(dtype, "ref")]
+                built[(dtype, "ref", measured)] = (original, folder)
+            original, a = built[(dtype, "ref", measured)]
             port = build_port(original, bug)
             b = tmp_path_factory.mktemp(f"port-{dtype}-{bug}")
-            with torch.no_grad(), nbtrace.trace(port, debug_path=b, use_repr=False, do_prune_layers=False):
+            with torch.no_grad(), nbtrace.trace(port, debug_path=b, use_repr=False, do_prune_layers=False,
+                                                measure_rounding=measured):
                 port(make_inputs()["input_ids"])
-            built[(dtype, bug)] = (a, b, port)
-        return built[(dtype, bug)]
+            built[(dtype, bug, measured)] = (a, b, port)
+        return built[(dtype, bug, measured)]
 
     return get
 
 
 def _compare(store, dtype, bug, mode, rename):
-    a, b, port = store(dtype, bug)
+    """``mode``: "files" (two folders that measured their rounding) or "replay" (the live port)."""
+    a, b, port = store(dtype, bug, measured=mode == "files")
     return nbtrace.compare(a, b if mode == "files" else port, rename=RENAME if rename else None)
 
 
 def _named(comparison) -> str | None:
     """The module the verdict names, or None where it names none (agreement or an unresolved verdict)."""
-    first = comparison.first_divergence
-    if first is None or getattr(first, "state", None) == "unresolved" or getattr(first, "unresolved", False):
+    if comparison.verdict == "unresolved":
+        assert comparison.unresolved is not None and comparison.first_divergence is None
         return None
-    return first.module_path
-
-
-#: the clean port, and the bugs that originate after h.0.mlp.act in call order
-_AFTER_GELU = (None, "scaled_fc_in")
+    first = comparison.first_divergence
+    return None if first is None else first.module_path
 
 
 def _cases(bug: str | None):
-    """(dtype, mode) pairs. Replayed in bf16, today's modelled replay rule takes the reference's gelu_new
-    (rounded at every step in bf16) against the port's once-rounded tanh GELU at h.0.mlp.act for a
-    difference, before anything later: the measured rule (the reference's own rounding) decides it."""
+    """(dtype, mode) pairs."""
     for dtype in DTYPES:
         for mode in ("files", "replay"):
-            xfail = bug in _AFTER_GELU and (dtype, mode) == ("bf16", "replay")
-            marks = [pytest.mark.xfail(strict=False, reason=VERDICT_XFAIL)] if xfail else []
-            yield pytest.param(dtype, mode, marks=marks, id=f"{dtype}-{mode}")
+            yield pytest.param(dtype, mode, id=f"{dtype}-{mode}")
 
 
 @pytest.mark.parametrize("rename", [True, False], ids=["rename", "plain"])
@@ -96,9 +92,17 @@ def test_each_bug_is_named_at_its_module(store, bug, dtype, mode, rename):
     converted = {BUGS[bug]} if bug == "scaled_fc_in" else set()  # the only bug in the weights, not the code
     assert {w.module_path for w in comparison.weights if w.serious} == converted, [str(w) for w in comparison.weights]
     named = _named(comparison)
-    if named is None and mode == "files" and dtype == "bf16":
-        return  # unresolved from files without measured rounding is allowed; a wrong module never is
     assert named == BUGS[bug], str(comparison.first_divergence)
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("bug", [None, *BUGS])
+def test_unmeasured_files_name_the_module_or_stay_unresolved(store, bug, dtype):
+    a, b, _ = store(dtype, bug, measured=False)
+    comparison = nbtrace.compare(a, b, rename=RENAME)
+    named = _named(comparison)
+    assert named == (BUGS[bug] if bug else None) or named is None and comparison.verdict == "unresolved", (
+        comparison.verdict, str(comparison.first_divergence))
 
 
 def test_the_natural_layout_is_no_weight_difference_and_a_scale_reads_as_a_scale(store):
