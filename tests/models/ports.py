@@ -265,12 +265,12 @@ class TinyLlamaPort(nn.Module):
 
 
 def trace_original(folder: Path, *, use_repr: bool, prune: bool, layers: int = LAYERS, dtype=None,
-                   measure_rounding: bool = False):
-    """Trace the original on the shared inputs into ``folder`` (its rounding measured when asked); returns the
-    Trace."""
+                   measure_rounding: bool = False, hidden_act: str = "silu"):
+    """Trace the original (its MLP's ``hidden_act``) on the shared inputs into ``folder`` (its rounding measured
+    when asked); returns the Trace."""
     import nbtrace
 
-    model = build_original(layers)
+    model = build_original(layers, hidden_act)
     if dtype is not None:
         model = model.to(dtype)
     ids, mask = make_inputs()
@@ -281,12 +281,12 @@ def trace_original(folder: Path, *, use_repr: bool, prune: bool, layers: int = L
 
 
 def trace_port(folder: Path, bugs=(), *, use_repr: bool, prune: bool, layers: int = LAYERS,
-               measure_rounding: bool = False):
-    """Trace the port (with ``bugs``) on the shared inputs into ``folder`` (its rounding measured when asked);
-    returns the Trace."""
+               measure_rounding: bool = False, hidden_act: str = "silu"):
+    """Trace the port (with ``bugs``, of an original with ``hidden_act``) on the shared inputs into ``folder`` (its
+    rounding measured when asked); returns the Trace."""
     import nbtrace
 
-    port = TinyLlamaPort.from_original(build_original(layers), set(bugs))
+    port = TinyLlamaPort.from_original(build_original(layers, hidden_act), set(bugs))
     ids, mask = make_inputs()
     with nbtrace.trace(port, debug_path=folder, do_prune_layers=prune, use_repr=use_repr,
                        measure_rounding=measure_rounding) as rec:
