@@ -115,7 +115,9 @@ def format_comparison_table(comparison: Comparison, rows: int = 30, width: int |
         if match is not None:
             basis = ",".join(sorted({d.basis for d in match.diffs if d.basis}))
             if ranked:
-                layouts = "; ".join(f"{d.arg} {cell(d)}" for d in match.diffs if cell(d))
+                # tensors whose ranks differ first: a line cut to the terminal's width keeps the rank it names
+                wrong_first = sorted(match.diffs, key=lambda d: not getattr(d, "wrong_ranks", None))
+                layouts = "; ".join(f"{d.arg} {cell(d)}" for d in wrong_first if cell(d))
         name = "  " * node.depth + node.label
         if node.call_index:
             name += f" #{node.call_index + 1}"
