@@ -13,8 +13,9 @@ from tests.models.ports import trace_original, trace_port
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
     root = tmp_path_factory.mktemp("diff")
-    trace_original(root / "original", use_repr=False, prune=False)
-    trace_port(root / "port", ["rounded_scale"], use_repr=False, prune=False)  # layer 2's attention scale
+    trace_original(root / "original", use_repr=False, prune=False, measure_rounding=True)
+    # layer 2's attention scale; both measure their rounding, so the verdict can name the module from the files
+    trace_port(root / "port", ["rounded_scale"], use_repr=False, prune=False, measure_rounding=True)
     return root / "original", root / "port"
 
 
@@ -39,8 +40,10 @@ def test_every_line_fits_the_terminal(folders, capsys, monkeypatch, columns, wid
 def test_the_parent_row_does_not_show_its_childs_difference_as_inherited(folders, capsys, monkeypatch):
     rows = {line.split()[1]: line.split() for line in _diff(folders, capsys, monkeypatch, None)
             if line[:4] in ("DIFF", ">>> ", "ok  ")}
-    assert rows["self_attn"][-4:] == ["921", "u", "0", "u"]  # the born call: its own difference, nothing handed in
-    assert rows["layers.2"][-2:] == ["-", "-"]  # not "0 u  921 u" above the child that made it
+    # the born call: its own difference (seen at its output, where rounding was measured), nothing handed in
+    assert rows["self_attn"][-4:] == ["811", "u", "0", "u"]
+    # its inputs agree: nothing inherited, what its child made is part of its own (not "0 u  921 u")
+    assert rows["layers.2"][-2:] == ["0", "u"] and rows["layers.2"][-4] != "0"
     assert rows["o_proj"][-4:] == ["0", "u", "921", "u"]  # a call after it: inherited, truly
 
 

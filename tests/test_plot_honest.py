@@ -64,12 +64,12 @@ def test_a_layer_block_is_still_read_at_the_next_blocks_input(gpt2):
 
 @pytest.fixture(scope="module")
 def port_scale(tmp_path_factory):
-    """transformers' Llama and a port whose layer 2 scales attention wrongly, full tensors."""
+    """transformers' Llama and a port whose layer 2 scales attention wrongly, full tensors, rounding measured."""
     from tests.models.ports import trace_original, trace_port
 
     root = tmp_path_factory.mktemp("ports")
-    return (trace_original(root / "a", use_repr=False, prune=False),
-            trace_port(root / "b", ["rounded_scale"], use_repr=False, prune=False))
+    return (trace_original(root / "a", use_repr=False, prune=False, measure_rounding=True),
+            trace_port(root / "b", ["rounded_scale"], use_repr=False, prune=False, measure_rounding=True))
 
 
 def test_a_comparisons_companion_line_says_what_it_draws_and_covers_nothing(port_scale):

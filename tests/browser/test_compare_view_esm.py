@@ -80,8 +80,8 @@ def test_the_porter_reads_the_verdict_and_its_evidence(page, porter, artifacts):
     expect(pane).to_contain_text("the difference is born here")
     expect(pane.locator(".nbt-d-reason")).to_have_text(porter.first_divergence.reason)
     expect(pane.locator(".nbt-d-evidence")).to_have_count(1)  # the blamed call's evidence is the verdict's: once
-    expect(pane.locator(".nbt-d-evidence")).to_contain_text("921 u of float32")
-    expect(pane.locator(".nbt-d-difference")).to_contain_text("own 921 u · inherited 0 u")
+    expect(pane.locator(".nbt-d-evidence")).to_contain_text("measured rounding")  # both folders measured it
+    expect(pane.locator(".nbt-d-difference")).to_contain_text("own 811 u · inherited 0 u")
     expect(pane.locator(".nbt-d-observed .nbt-ok-false")).to_have_text(["differs", "differs"])
     # judged against rounding, not by a per-element tolerance: none is shown as if it had decided
     expect(pane.locator(".nbt-d-observed")).not_to_contain_text("tolerance")
@@ -190,7 +190,7 @@ def test_without_a_kernel_the_verdict_and_the_first_divergence_still_show(page, 
     page.evaluate(MOUNT.replace("window.pyDetail(msg.row).then((reply) => emit(\"msg:custom\", reply));", ""),
                   [ESM, CSS, state])
     expect(page.locator(".nbt-verdict")).to_contain_text("first divergence")
-    expect(page.locator(".nbt-d-evidence")).to_contain_text("magnitude")  # shipped with the payload
+    expect(page.locator(".nbt-d-evidence")).to_contain_text("proven")  # shipped with the payload
     row(page, f"{P}.layers.2.self_attn.o_proj").click()
     expect(page.locator(".nbt-detail")).to_contain_text("loading details")
     page.clock.run_for(6000)

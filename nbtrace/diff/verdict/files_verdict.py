@@ -209,8 +209,13 @@ class FileVerdict:
             widened = upstream if node is upstream.node else Producer(node, "glue", producer.event, [finding.slot],
                                                                      producer.inputs)
             note = f"{s.node.module_path}'s {s.io} {s.arg} differs and was not measured"
-            self._wider.append(Finding(node, finding.stats, finding.inherited, list(finding.evidence), widened,
-                                       finding.slot, note, finding.own))
+            # what the wider call inherited is what ITS inputs carry, not what the inner call was handed
+            ins = [x for x in (self.stats(i) for i in self.flow_a.slots(node, "input") if is_float(i.tensor.dtype))
+                   if x is not None]
+            e_in = max((x.rel for x in ins), default=0.0) if ins else finding.inherited
+            own = math.sqrt(max(finding.stats.rel**2 - e_in**2, 0.0)) if ins else finding.own
+            self._wider.append(Finding(node, finding.stats, e_in, list(finding.evidence), widened,
+                                       finding.slot, note, own))
             return finding
         return finding
 
