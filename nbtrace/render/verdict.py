@@ -244,9 +244,16 @@ def numerics_lines(comparison: Any) -> list[str]:
     lines = []
     for side, numerics in zip("ab", getattr(comparison, "numerics", ({}, {}))):
         if numerics:
-            shown = ", ".join(f"{key} {value}" for key, value in sorted(numerics.items()))
+            shown = ", ".join(f"{key} {_sorted(value)}" for key, value in sorted(numerics.items()))
             lines.append(f"{side}: {shown}")
     return lines
+
+
+def _sorted(value: Any) -> Any:
+    """``value`` with every dict's keys in order: a side read from files and one live print the same."""
+    if isinstance(value, dict):
+        return {key: _sorted(value[key]) for key in sorted(value, key=str)}
+    return value
 
 
 def _weights(comparison: Any) -> list:
