@@ -84,10 +84,11 @@ def generate(model: nn.Module, prompt: torch.Tensor, steps: int) -> torch.Tensor
 
 
 def trace_generate(model: nn.Module, prompt: torch.Tensor, steps: int, folder: Path, **options: Any):
-    """``generate`` inside ``nbtrace.trace`` (full tensors, no pruning unless ``options`` say so); the Recorder."""
+    """``generate`` inside ``nbtrace.trace`` (full tensors, no pruning, rounding measured in float64 as it
+    records, unless ``options`` say otherwise); the Recorder."""
     import nbtrace
 
-    options = {"use_repr": False, "do_prune_layers": False, **options}
+    options = {"use_repr": False, "do_prune_layers": False, "measure_rounding": True, **options}
     with nbtrace.trace(model, debug_path=folder, **options) as rec:
         generate(model, prompt, steps)
     return rec
@@ -224,24 +225,29 @@ def _find(kwargs: dict[str, Any], test: Callable[[Any], bool], required: str | N
 
 
 def _replace_forward(module: nn.Module, edit: Callable[[dict[str, Any]], None]) -> None:
-    """Give ``module`` (this instance) a forward that lets ``edit`` change its arguments, by name, first."""
-    original = module.forward
-    signature = inspect.signature(original)
+    """Give ``module`` (this instance) a forward that lets ``edit`` change its arguments, by name, first.
 
-    @functools.wraps(original)
-    def forward(*args: Any, **kwargs: Any) -> Any:
-        bound = signature.bind(*args, **kwargs)
+    The instance gets a subclass of its class of the same name (so a copy of the port, such as nbtrace's
+    float64 copy, runs the copy's own code, never this instance's bound forward)."""
+    cls = type(module)
+    signature = inspect.signature(cls.forward)
+
+    @functools.wraps(cls.forward)
+    def forward(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
+        bound = signature.bind(self, *args, **kwargs)
         arguments = dict(bound.arguments)
         edit(arguments)
+        arguments.pop("self")
         named: dict[str, Any] = {}
         for name, value in arguments.items():
             if signature.parameters[name].kind is inspect.Parameter.VAR_KEYWORD:
                 named.update(value)
             else:
                 named[name] = value
-        return original(**named)
+        return cls.forward(self, **named)
 
-    module.forward = forward
+    module.__class__ = type(cls.__name__, (cls,), {"forward": forward, "__qualname__": cls.__qualname__,
+                                                    "__module__": cls.__module__})
 
 
 def _plant_position_ids(port: nn.Module) -> None:

@@ -301,7 +301,8 @@ class FileVerdict:
             return Verdict("files", "diverge", self._pruned_before(first) or first, findings=findings)
         if not findings:
             return Verdict("files", "nothing", reason="no aligned float tensors with full values on both sides")
-        open_ = next((f for f in findings if f.unresolved), None)
+        open_ = next((f for i, f in enumerate(findings) if f.unresolved and not _measured_inside(f, findings[i + 1:])),
+                     None)
         if open_ is not None:
             d = open_.stats
             reason = (f"unresolved at {open_.node.module_path}: differs by {d.rms:.2g} (RMS, {d.ulps:.3g} u of "
@@ -319,6 +320,15 @@ class FileVerdict:
             + ("both traces measured" if self.measured_places else f"of {dtype_name(u)}")
         )
         return Verdict("files", "rounding", reason=reason, findings=findings)
+
+
+def _measured_inside(open_: Finding, later: list[Finding]) -> bool:
+    """Whether a tensor of ``open_``'s call, or of a call inside it, after ``open_`` was judged on both sides'
+    measured rounding (and, the verdict having found nothing flagged, not proven different): an unmeasured
+    tensor inside a call (its own code, e.g. attention's core) is then settled by the call's measured outputs,
+    which a bug there would make differ beyond rounding."""
+    return any(any(n is open_.node for n in (f.node, *f.node.ancestors()))
+               for f in later if any(e.test == "proven" for e in f.evidence))
 
 
 def _common(a: Node, b: Node):
