@@ -185,8 +185,8 @@ class Comparison:
         None when each tensor was judged by a per-element tolerance (``method == "tolerance"``)."""
         if self.method == "tolerance":
             return None
-        units = [m.difference.unit for m in self.matches if m.difference is not None]
-        return dtype_name(max(units)) if units and max(units) > 0 else "float"
+        units = [u for m in self.matches if m.difference is not None and 0 < (u := m.difference.unit) < 1]
+        return dtype_name(max(units)) if units else "float"  # a unit of 1 stands for "no dtype" (integers)
 
     @property
     def coverage(self) -> float:

@@ -240,20 +240,16 @@ def verdict_words(comparison: Any, divergence: Any = None) -> VerdictWords:
 
 
 def numerics_lines(comparison: Any) -> list[str]:
-    """What each side's run computed with (TF32, attention backends, device...), one line per side that says."""
+    """What each side's run computed with (TF32, attention backends, device, measured rounding), in the words of
+    ``numerics_words``: one line per side that recorded it."""
+    from .numerics_words import numerics_words
+
     lines = []
-    for side, numerics in zip("ab", getattr(comparison, "numerics", ({}, {}))):
-        if numerics:
-            shown = ", ".join(f"{key} {_sorted(value)}" for key, value in sorted(numerics.items()))
-            lines.append(f"{side}: {shown}")
+    for side, trace in zip("ab", (getattr(comparison, "a", None), getattr(comparison, "b", None))):
+        words = numerics_words(trace) if trace is not None and hasattr(trace, "numerics") else []
+        if words:
+            lines.append(f"{side}: {'; '.join(words)}")
     return lines
-
-
-def _sorted(value: Any) -> Any:
-    """``value`` with every dict's keys in order: a side read from files and one live print the same."""
-    if isinstance(value, dict):
-        return {key: _sorted(value[key]) for key in sorted(value, key=str)}
-    return value
 
 
 def _weights(comparison: Any) -> list:
