@@ -14,17 +14,9 @@ import torch
 
 import nbtrace
 from tests.models.gpt2_port import BUGS, RENAME, build_original, build_port, make_inputs
+from tests.models.precision import one_thread  # noqa: F401  (a module fixture: one torch thread)
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny matrices: threads only fight over the cores (replay is ~10x slower on a busy machine)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

@@ -16,14 +16,7 @@ import nbtrace
 from nbtrace.diff.replay import exact, replay
 from tests.models import invariant_ports as ip
 from tests.models.invariant_suite import run_case
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+from tests.models.precision import one_thread  # noqa: F401  (a module fixture: one torch thread)
 
 
 CORRECT = [  # (variant, dtype, method, seed)

@@ -9,21 +9,13 @@ from __future__ import annotations
 
 import json
 
-import pytest
 import torch
 
 import nbtrace
 from nbtrace.core.measured import ROUNDING_SECTION
 from nbtrace.core.sidecar import sidecar_path
 from tests.models import invariant_ports as ip
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+from tests.models.precision import one_thread  # noqa: F401  (a module fixture: one torch thread)
 
 
 def _folder(model, x, folder):
