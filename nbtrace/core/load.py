@@ -5,16 +5,14 @@ Every read problem becomes a TraceFormatError that names the file and the place.
 
 from __future__ import annotations
 
-import gc
-import json
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import TraceFormatError
 from .ranks import join_ranks, rank_folders, rank_path
 from .run import restore_durations
+from .collector import collector_paused
+from .json_text import parse_json
 from .sidecar import read_sidecar
 from .trace import Trace
 
@@ -70,9 +68,9 @@ def load_trace(path: str | os.PathLike | Trace, rank: int | None = None) -> Trac
         raise TraceFormatError(file, f"cannot be read: {exc.strerror or exc}") from exc
     if not text.strip():
         raise TraceFormatError(file, "is empty")
-    with _collector_paused():
+    with collector_paused():
         try:
-            tree = json.loads(text)
+            tree = parse_json(text)
         except RecursionError:
             raise TraceFormatError(file, "nests too deeply to be a trace") from None
         except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, over-long integers
@@ -81,22 +79,6 @@ def load_trace(path: str | os.PathLike | Trace, rank: int | None = None) -> Trac
             raise TraceFormatError(file, f"must hold a JSON object at the top, found {type(tree).__name__}")
         kind = "summary" if file.name.endswith(SUMMARY_SUFFIX) else "full"
         trace = Trace.from_tree(tree, kind=kind, source=file, base_dir=file.parent.resolve())
-    trace.sidecar = read_sidecar(file)
+        trace.sidecar = read_sidecar(file)
     restore_durations(trace)
     return trace
-
-
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while a big tree is built (it creates no cycles).
-
-    Building ~10^5 objects otherwise triggers repeated full collections that scan
-    the whole parsed file: half of the load time of a 20,000-call trace.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()

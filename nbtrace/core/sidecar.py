@@ -13,11 +13,11 @@ is a TraceFormatError naming it. docs/format.md documents every section.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from ..errors import TraceFormatError
+from .json_text import parse_json
 
 SIDECAR_SUFFIX = "_debug_tree_NBTRACE.json"
 SIDECAR_FORMAT = "nbtrace-sidecar"
@@ -46,7 +46,7 @@ def read_sidecar(trace_file: Path) -> dict[str, Any]:
     if path.is_symlink():
         raise TraceFormatError(path, "is a link; a trace folder's files must be plain files in it")
     try:
-        document = json.loads(path.read_bytes())
+        document = parse_json(path.read_bytes())
     except RecursionError:
         raise TraceFormatError(path, "nests too deeply to be a sidecar") from None
     except (OSError, ValueError) as exc:
