@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import TraceFormatError
-from .tensor_file import load_tensor
+from .tensor_file import load_tensor, read_tensor_bytes
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -67,7 +67,7 @@ class TensorValue:
     (transformers writes them for float16/bfloat16/float32 only).
     """
 
-    __slots__ = ("shape", "dtype", "value", "stats", "base_dir", "_has_value", "mean", "std", "min", "max")
+    __slots__ = ("shape", "dtype", "value", "stats", "base_dir", "_has_value", "_numbers", "_path")
 
     def __init__(
         self,
@@ -84,10 +84,30 @@ class TensorValue:
         self.stats = stats or {}
         self.base_dir = base_dir
         self._has_value = value is not None if has_value is None else has_value
-        self.mean = parse_stat(self.stats.get("mean"))
-        self.std = parse_stat(self.stats.get("std"))
-        self.min = parse_stat(self.stats.get("min"))
-        self.max = parse_stat(self.stats.get("max"))
+        self._numbers: tuple[float | None, ...] | None = None  # the stats parsed, when first asked
+        self._path: tuple[str | None, Path | None, str | None] | None = None  # (ref, base_dir, location) last found
+
+    def _stat(self, index: int) -> float | None:
+        if self._numbers is None:
+            self._numbers = tuple(parse_stat(self.stats.get(name)) for name in STAT_NAMES)
+        return self._numbers[index]
+
+    @property
+    def mean(self) -> float | None:
+        """The mean as a number, parsed from its stat string (None without one)."""
+        return self._stat(0)
+
+    @property
+    def std(self) -> float | None:
+        return self._stat(1)
+
+    @property
+    def min(self) -> float | None:
+        return self._stat(2)
+
+    @property
+    def max(self) -> float | None:
+        return self._stat(3)
 
     @property
     def numel(self) -> int:
@@ -106,10 +126,21 @@ class TensorValue:
     @property
     def path(self) -> Path | None:
         """Where the safetensors file of this tensor lives, if it has one (always inside ``base_dir``)."""
-        if self.ref is None or reference_problem(self.ref) is not None:
-            return None
-        base = self.base_dir if self.base_dir is not None else Path(".")
-        return base / self.ref[2:]
+        location = self.location
+        return Path(location) if location is not None else None
+
+    @property
+    def location(self) -> str | None:
+        """``path`` as a string (found once: a comparison asks for tens of thousands of them)."""
+        ref = self.value if isinstance(self.value, str) else None
+        known = self._path
+        if known is not None and known[0] == ref and known[1] is self.base_dir:
+            return known[2]
+        location = None
+        if ref is not None and reference_problem(ref) is None:
+            location = os.path.join(str(self.base_dir) if self.base_dir is not None else ".", ref[2:])
+        self._path = (ref, self.base_dir, location)
+        return location
 
     @property
     def nonfinite(self) -> bool:
@@ -143,6 +174,16 @@ class TensorValue:
 
         The file must be a regular file beside the trace: a link is not followed.
         """
+        return load_tensor(self._checked_path())
+
+    def file_bytes(self) -> bytes:
+        """The content of the tensor's safetensors file (checked as ``load`` checks it)."""
+        path = self._checked_path()
+        if not path.is_file():
+            raise TraceFormatError(path, "safetensors file referenced by the trace is missing")
+        return read_tensor_bytes(path)
+
+    def _checked_path(self) -> Path:
         where = self.base_dir or "."
         if self.ref is None:
             raise TraceFormatError(
@@ -155,7 +196,7 @@ class TensorValue:
         assert path is not None
         if os.path.islink(path):
             raise TraceFormatError(path, "is a link; a trace's tensor files must be plain files beside it")
-        return load_tensor(path)
+        return path
 
     def to_dict(self) -> dict[str, Any]:
         """The tensor record exactly as the file format writes it."""

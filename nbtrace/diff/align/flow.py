@@ -29,27 +29,33 @@ import os
 from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from ...core.node import Node, PrunedGap
 from ...core.tensor import TensorValue
+from ...core.tensor_file import float64_values, open_plain_file, read_open_file, read_tensor_bytes, tensor_from_bytes
+from ...errors import TraceFormatError
 from ...core.trace import Trace
 
 if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
     import torch
 
-#: loaded tensors kept for reuse (bytes); the least recently used go first
+#: loaded tensors and file contents kept for reuse (bytes, each); the least recently used go first
 CACHE_BYTES = 256 * 2**20
 _MAX_HELD = 8192  # and at most this many tensors
+_MAX_FILES = 2**17  # and this many files' contents
 
 
 class TensorCache:
-    """Loads recorded tensors (keeping the most recent ones) and fingerprints them."""
+    """Reads recorded tensors' files once (keeping the most recent ones), loads and fingerprints them."""
 
     def __init__(self, limit: int = CACHE_BYTES) -> None:
         self.limit = limit
         self._loaded: OrderedDict[int, torch.Tensor] = OrderedDict()
         self._size = 0
+        self._raw: dict[int, bytes] = {}
+        self._raw_size = 0
         self._keys: dict[int, Hashable | None] = {}
         self._files: dict[tuple[int, int, int], Hashable | None] = {}
 
@@ -61,16 +67,42 @@ class TensorCache:
         if key in self._loaded:
             self._loaded.move_to_end(key)
             return self._loaded[key]
-        loaded = tensor.load()
+        loaded = tensor_from_bytes(self.raw(tensor), tensor.location)  # its own memory: no file mapping kept open
         size = loaded.numel() * loaded.element_size()
         if size <= self.limit:
-            loaded = loaded.clone()  # its own memory: a file's mapping is not kept open (there may be 10,000s)
             self._loaded[key] = loaded
             self._size += size
             while self._size > self.limit or len(self._loaded) > _MAX_HELD:
                 _, dropped = self._loaded.popitem(last=False)
                 self._size -= dropped.numel() * dropped.element_size()
         return loaded
+
+    def float64(self, tensor: TensorValue) -> np.ndarray | None:
+        """The full tensor as a flat float64 numpy array, or None without a file or for a dtype numpy does not
+        hold (float8, complex: ``load`` serves those)."""
+        if tensor.ref is None:
+            return None
+        return float64_values(self.raw(tensor), tensor.location)
+
+    def raw(self, tensor: TensorValue, checked: bool = False) -> bytes:
+        """The content of a tensor's file (``checked``: known to be a plain file beside the trace).
+
+        Files are kept as first read until ``limit`` bytes are held, and then no more: a comparison reads a
+        trace in call order twice (fingerprints, then values), where evicting the oldest would miss every time.
+        """
+        key = id(tensor)
+        found = self._raw.get(key)
+        if found is not None:
+            return found
+        # a missing, linked or foreign file raises TraceFormatError
+        data = read_tensor_bytes(tensor.location) if checked else tensor.file_bytes()
+        self._keep(key, data)
+        return data
+
+    def _keep(self, key: int, data: bytes) -> None:
+        if self._raw_size + len(data) <= self.limit and len(self._raw) < _MAX_FILES:
+            self._raw[key] = data
+            self._raw_size += len(data)
 
     def fingerprint(self, tensor: TensorValue) -> Hashable | None:
         """Equal fingerprints mean equal values: a hash of the tensor's file, else the printed lines, else the
@@ -80,48 +112,44 @@ class TensorCache:
             return self._keys[key]
         head = (tensor.shape, tensor.dtype)
         found: Hashable | None = None
-        file = _file_identity(tensor)
-        if file is not None and file in self._files:  # a tensor seen again is the same file, hard-linked
-            self._keys[key] = self._files[file]
-            return self._files[file]
-        data = _file_bytes(tensor)
-        if data is not None:
-            found = (*head, hashlib.blake2b(data, digest_size=16).digest())
+        if tensor.ref is not None:  # equal files: equal values (the writers put nothing else in them)
+            found = self._file_fingerprint(tensor, head)
         elif tensor.lines is not None:
             found = (*head, tuple(tensor.lines))
         elif tensor.stats:
             found = (*head, tuple(sorted(tensor.stats.items())))
         self._keys[key] = found
-        if file is not None:
-            self._files[file] = found
+        return found
+
+    def _file_fingerprint(self, tensor: TensorValue, head: tuple) -> Hashable:
+        """The hash of a tensor's file, read unless it is a hard link to a file hashed before (nbtrace links a
+        repeated tensor); what is read stays in ``raw``'s store."""
+        location = tensor.location
+        opened = open_plain_file(location) if location is not None else None
+        if opened is None:
+            _refuse(tensor)
+        fd, info = opened
+        try:
+            identity = (info.st_dev, info.st_ino, info.st_size) if info.st_nlink > 1 else None
+            if identity is not None and identity in self._files:
+                return self._files[identity]
+            data = read_open_file(fd, info.st_size)
+        finally:
+            os.close(fd)
+        self._keep(id(tensor), data)
+        found = (*head, hashlib.blake2b(data, digest_size=16).digest())
+        if identity is not None:
+            self._files[identity] = found
         return found
 
 
-def _file_bytes(tensor: TensorValue) -> bytes | None:
-    """The bytes of a tensor's safetensors file (equal files: equal values; the writers put nothing else in
-    them), or None without one. A missing, linked or foreign file raises as ``TensorValue.load`` does."""
-    if tensor.ref is None:
-        return None
-    path = tensor.path
-    if path is None or os.path.islink(path) or not path.is_file():
-        tensor.load()  # raises TraceFormatError, naming the problem
-    assert path is not None
-    return path.read_bytes()
+def _refuse(tensor: TensorValue) -> NoReturn:
+    """Raise TraceFormatError naming why a tensor's file could not be opened as a plain file beside the trace."""
+    tensor.file_bytes()
+    raise TraceFormatError(tensor.location, "is not a plain file")
 
 
-def _file_identity(tensor: TensorValue) -> tuple[int, int, int] | None:
-    """(device, inode, size) of a tensor's file: equal for the hard links nbtrace writes for a repeated tensor."""
-    path = tensor.path
-    if path is None:
-        return None
-    try:
-        info = os.stat(path)
-    except OSError:
-        return None
-    return (info.st_dev, info.st_ino, info.st_size) if info.st_nlink > 1 else None
-
-
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Slot:
     """One recorded tensor of one call (``io`` "input" or "output", ``arg`` its place name)."""
 
@@ -151,14 +179,22 @@ class Producer:
     kind: str  # "leaf" | "glue" | "after" | "pruned" | "inputs"
     event: int
     outputs: list[Slot] = field(default_factory=list)
-    inputs: list[Slot] = field(default_factory=list)
+    read: list[Slot] | None = None  # the tensors it could read (None: found from ``flow`` when first asked)
     gap: PrunedGap | None = None  # for "pruned": the layer blocks removed
+    flow: Flow | None = field(default=None, repr=False)
+
+    @property
+    def inputs(self) -> list[Slot]:
+        """The recorded tensors this code could have read (see the module docstring)."""
+        if self.read is None:
+            self.read = self.flow._readable(self) if self.flow is not None else []
+        return self.read
 
     def __repr__(self) -> str:
         return f"<Producer {self.kind} {self.node.module_path} @{self.event}: {len(self.outputs)} out>"
 
 
-@dataclass
+@dataclass(slots=True)
 class Event:
     index: int
     node: Node
@@ -225,8 +261,6 @@ class Flow:
             self._event(node, "input")
             stack.append((node, True))
             stack.extend((child, False) for child in reversed(node.children))
-        for producer in self.producers + self.passers:
-            producer.inputs = self._readable(producer)
 
     def _event(self, node: Node, io: str) -> None:
         index = len(self.events)
@@ -265,17 +299,17 @@ class Flow:
         node = event.node
         if event.io == "output":  # a leaf, or the root's code after its last child
             kind = "leaf" if not node.children else "glue"
-            producer = Producer(node, kind, event.index)
+            producer = Producer(node, kind, event.index, flow=self)
         elif event.index == 0:
-            producer = Producer(node, "inputs", 0)
+            producer = Producer(node, "inputs", 0, flow=self)
         elif id(node) in self._gaps and node.parent is not None:
-            producer = Producer(node.parent, "pruned", event.index, gap=self._gaps[id(node)])
+            producer = Producer(node.parent, "pruned", event.index, gap=self._gaps[id(node)], flow=self)
         else:
             previous = self.events[event.index - 1]
             if previous.io == "output" and previous.node.children and previous.node.parent is node.parent:
-                producer = Producer(previous.node, "after", event.index)
+                producer = Producer(previous.node, "after", event.index, flow=self)
             else:
-                producer = Producer(innermost(previous.node, node), "glue", event.index)
+                producer = Producer(innermost(previous.node, node), "glue", event.index, flow=self)
         return producer
 
     def _readable(self, producer: Producer) -> list[Slot]:

@@ -10,8 +10,8 @@ from ...core.dtypes import dtype_kind
 from ...core.node import Node
 from ..measure.metrics import TensorDiff, diff_tensors, same_shape
 
-#: called with a's call, a TensorDiff of it and the two full tensors (see ``metrics.diff_tensors``)
-CallObserver = Callable[[Node, TensorDiff, Any, Any], None]
+#: measures a pair of full tensors of a's call into a TensorDiff (``full_pairs.FullPairs``)
+CallMeasure = Callable[[Node, TensorDiff, Any, Any], None]
 
 
 def compile_ignore(ignore: str | None) -> re.Pattern[str] | None:
@@ -25,7 +25,7 @@ def compile_ignore(ignore: str | None) -> re.Pattern[str] | None:
 
 def compare_calls(
     x: Node, y: Node, rtol: float | None, atol: float | None, ignore: re.Pattern[str] | None = None,
-    observe: CallObserver | None = None,
+    measure: CallMeasure | None = None,
 ) -> list[TensorDiff]:
     """Pair the tensors of two calls (inputs with inputs, outputs with outputs) and compare each pair.
 
@@ -34,7 +34,7 @@ def compare_calls(
     A leaf output with the same name but another shape pairs as a shape mismatch.
     """
     diffs = []
-    seen = (lambda d, tx, ty: observe(x, d, tx, ty)) if observe is not None else None
+    full = (lambda d, tx, ty: measure(x, d, tx, ty)) if measure is not None else None
     tensors_x, tensors_y = x.tensors(), y.tensors()
     for io in ("input", "output"):
         mine = [(arg, t) for kind, arg, t in tensors_x if kind == io and not (ignore and ignore.search(arg))]
@@ -46,7 +46,7 @@ def compare_calls(
                 continue
             used.add(pick)
             b_arg, other = theirs[pick]
-            diffs.append(diff_tensors(io, arg, b_arg, tensor, other, rtol, atol, seen))
+            diffs.append(diff_tensors(io, arg, b_arg, tensor, other, rtol, atol, full=full))
     return diffs
 
 

@@ -40,6 +40,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: called with a TensorDiff and the two full tensors it was computed from
 Observer = Callable[["TensorDiff", Any, Any], None]
+#: fills a TensorDiff's numbers from the two recorded tensors (both with files)
+FullMeasure = Callable[["TensorDiff", TensorValue, TensorValue], None]
 
 #: dtype -> default (rtol, atol), relative to the largest magnitude of a's tensor.
 TOLERANCE: dict[str, tuple[float, float]] = {
@@ -71,6 +73,7 @@ def same_shape(a: tuple[int, ...] | list[int], b: tuple[int, ...] | list[int]) -
     return tuple(a) == tuple(b) or squeezed(a) == squeezed(b)
 
 
+@functools.lru_cache(maxsize=256)
 def default_tolerance(dtype_a: str, dtype_b: str) -> tuple[float, float]:
     """The ``(rtol, atol)`` used when the caller gives none (the looser dtype of the two wins)."""
     a, b = short_dtype(dtype_a), short_dtype(dtype_b)
@@ -124,10 +127,12 @@ class TensorDiff:
 
 def diff_tensors(
     io: str, arg: str, b_arg: str, a: TensorValue, b: TensorValue, rtol: float | None, atol: float | None,
-    observe: Observer | None = None,
+    observe: Observer | None = None, full: FullMeasure | None = None,
 ) -> TensorDiff:
     """Compare ``a`` (the reference) with ``b`` on the strongest basis both sides allow; ``observe`` is handed
-    the result and both full tensors as loaded (the noise-aware verdict measures them in the same pass)."""
+    the result and both full tensors as loaded (the noise-aware verdict measures them in the same pass).
+    ``full``, when given, measures a pair of full tensors instead (``full_pairs.FullPairs``: files read once,
+    numpy)."""
     result = TensorDiff(io, arg, b_arg, a.shape, b.shape, short_dtype(a.dtype), short_dtype(b.dtype))
     if not same_shape(a.shape, b.shape):
         result.basis = "shape"
@@ -138,7 +143,10 @@ def diff_tensors(
     result.rtol = r if rtol is None else rtol
     result.atol = t if atol is None else atol
     if a.ref is not None and b.ref is not None:
-        _full(result, a, b, observe)
+        if full is not None:
+            full(result, a, b)
+        else:
+            _full(result, a, b, observe)
         return result
     exact = not (is_float(a.dtype) and is_float(b.dtype))
     a_values, b_values = printed_numbers(a, exact), printed_numbers(b, exact)

@@ -14,6 +14,7 @@ are left out (``padding_rows``).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -42,6 +43,7 @@ UNIT_ROUNDOFF: dict[str, float] = {
 _NAMES = {2.0**-8: "bfloat16", 2.0**-11: "float16", 2.0**-24: "float32", 2.0**-53: "float64"}
 
 
+@functools.lru_cache(maxsize=256)
 def unit_roundoff(*dtypes: object) -> float:
     """The coarsest unit roundoff among ``dtypes`` (``"torch.bfloat16"``, ``torch.float16``; integers: 0)."""
     return max((UNIT_ROUNDOFF.get(short_dtype(str(d)), 0.0) for d in dtypes), default=0.0)
@@ -79,14 +81,20 @@ class PairStats:
         self.flow = flow  # a's data flow: tensors a merely hands on again are measured only when needed
         self.found: dict[tuple[int, str, str], DiffStats] = {}
 
+    def wants(self, node: Node, diff: TensorDiff) -> bool:
+        """False for a tensor a merely hands on again (measured where it first appeared)."""
+        if self.flow is None:
+            return True
+        slot = self.flow.slot(node, diff.io, diff.arg)
+        return slot is None or slot.origin is None
+
     def record(self, node: Node, diff: TensorDiff, a: torch.Tensor, b: torch.Tensor) -> None:
+        """Measure a pair of loaded tensors with torch (``full_pairs.FullPairs`` measures files with numpy)."""
         if not same_shape(a.shape, b.shape) or a.ndim == 0 or a.numel() == 0 or a.is_complex() or b.is_complex():
             return
         b = b.reshape(a.shape)  # equal after broadcasting leading size-1 dimensions
-        if self.flow is not None:
-            slot = self.flow.slot(node, diff.io, diff.arg)
-            if slot is not None and slot.origin is not None:
-                return
+        if not self.wants(node, diff):
+            return
         floats = a.is_floating_point() and b.is_floating_point()
         if floats and self.valid_rows is not None and a.ndim >= 3 and tuple(a.shape[:2]) == tuple(
                 self.valid_rows.shape):

@@ -23,7 +23,7 @@ from ...core.ranks import DistributedInfo, Layout, distributed_info
 from ...core.tensor import TensorValue
 from ...core.trace import Trace
 from ..measure.metrics import TensorDiff, default_tolerance, diff_tensors
-from ..align.pairing import CallObserver, compare_calls
+from ..align.pairing import CallMeasure, compare_calls
 from .reassemble import (
     assemble,
     expected_piece,
@@ -98,14 +98,14 @@ class BothRanked(ValueError):
 
 
 def call_comparer(a: Trace, b: Trace, rtol: float | None, atol: float | None,
-                  ignore: re.Pattern[str] | None, observe: CallObserver | None = None) -> CallComparer:
+                  ignore: re.Pattern[str] | None, measure: CallMeasure | None = None) -> CallComparer:
     """How ``compare`` compares the tensors of two aligned calls: through the ranks when a side has them."""
     if a.ranks and b.ranks:
         raise BothRanked("both traces are tensor-parallel runs: compare them rank by rank, e.g. "
                          "compare(load_trace(a, rank=r), load_trace(b, rank=r))")
     if a.ranks or b.ranks:
         return RankedCalls(b if b.ranks else a, bool(b.ranks), rtol, atol, ignore)
-    return lambda x, y: compare_calls(x, y, rtol, atol, ignore, observe)
+    return lambda x, y: compare_calls(x, y, rtol, atol, ignore, measure)
 
 
 def ranked_rename(a: Trace, b: Trace) -> dict[str, str] | None:
