@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 #: Floating dtypes from the most to the least precise, as short names.
 FLOAT_PRECISION_ORDER = ("float64", "float32", "float16", "bfloat16")
 FLOAT_DTYPES = frozenset(FLOAT_PRECISION_ORDER) | {
@@ -17,11 +19,13 @@ def short_dtype(dtype: str) -> str:
     return dtype[6:] if dtype.startswith("torch.") else dtype
 
 
+@functools.lru_cache(maxsize=256)
 def is_float(dtype: str) -> bool:
     """True for a floating dtype (either spelling)."""
     return short_dtype(dtype) in FLOAT_DTYPES
 
 
+@functools.lru_cache(maxsize=256)
 def dtype_kind(dtype: str) -> str:
     """``"float"``, ``"bool"``, ``"complex"`` or ``"int"``: tensors pair up only within a kind."""
     name = short_dtype(dtype)

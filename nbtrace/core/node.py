@@ -41,6 +41,7 @@ class Node:
         "duration",
         "measured",
         "_keys",
+        "_tensors",
     )
 
     def __init__(self, module_path: str) -> None:
@@ -57,6 +58,7 @@ class Node:
         #: place -> Measured: the rounding measured as it was recorded (``core/measured.py``); {} when not measured
         self.measured: dict[str, Any] = {}
         self._keys: tuple[str, ...] = ("module_path",)
+        self._tensors: tuple[Any, Any, list[tuple[str, str, TensorValue]]] | None = None
 
     # -- names ------------------------------------------------------------------------
     @property
@@ -90,12 +92,16 @@ class Node:
         ``io`` is ``"input"`` or ``"output"``; ``arg`` names the place:
         ``args.0``, ``kwargs.attention_mask``, ``out``, ``out.1``, ``out.logits``.
         """
+        known = self._tensors  # found once for the values held now (a comparison asks ~10 times per call)
+        if known is not None and known[0] is self.inputs and known[1] is self.outputs:
+            return list(known[2])
         found: list[tuple[str, str, TensorValue]] = []
         if self.inputs is not None:
             found += [("input", place, t) for place, t in leaf_places(self.inputs, "", _is_tensor)]
         if self.outputs is not None:
             found += [("output", place, t) for place, t in leaf_places(self.outputs, "out", _is_tensor)]
-        return found
+        self._tensors = (self.inputs, self.outputs, found)
+        return list(found)
 
     def output_tensors(self) -> list[TensorValue]:
         return [t for io, _, t in self.tensors() if io == "output"]

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..core.collector import collector_paused
 from ..core.load import load_trace
 from ..core.node import Node
 from ..core.trace import Trace
@@ -25,6 +26,7 @@ from .align.align import Alignment, align
 from .verdict.divergence import FirstDivergence, first_divergence
 from .verdict.evidence import CallDifference
 from .align.flow import Flow, TensorCache
+from .measure.full_pairs import FullPairs
 from .measure.metrics import TensorDiff
 from .measure.noise import PairStats, dtype_name, padding_rows
 from .verdict.notes import MIN_COVERAGE, comparison_notes
@@ -278,14 +280,19 @@ def compare(
     has every tensor reassembled from its ranks' pieces first, and calls pair by
     module path unless ``rename`` is given (``ranked.py``).
     """
-    a = load_trace(a)
-    b = load_trace(b)
+    with collector_paused():  # ~10^6 objects kept to the end: the collector's scans of them cost a third
+        return _compare(load_trace(a), load_trace(b), rename, rtol, atol, ignore)
+
+
+def _compare(a: Trace, b: Trace, rename: Mapping[str, str] | None, rtol: float | None, atol: float | None,
+             ignore: str | None) -> Comparison:
     by_path = ranked_rename(a, b) if rename is None else None
     flows = (Flow(a), Flow(b)) if rename is None and by_path is None else None
+    caches = (flows[0].cache, flows[1].cache) if flows else (TensorCache(), TensorCache())
     measured = None
     if rtol is None and atol is None and not (a.ranks or b.ranks):  # the noise-aware verdict may follow
-        measured = PairStats(padding_rows(a, flows[0].cache if flows else TensorCache()), flows[0] if flows else None)
-    compare_pair = call_comparer(a, b, rtol, atol, compile_ignore(ignore), measured.record if measured else None)
+        measured = PairStats(padding_rows(a, caches[0]), flows[0] if flows else None)
+    compare_pair = call_comparer(a, b, rtol, atol, compile_ignore(ignore), FullPairs(*caches, measured))
     alignment = align(a, b, rename if by_path is None else by_path, flows)
     if by_path is not None:
         alignment.method = "module path"

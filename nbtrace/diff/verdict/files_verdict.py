@@ -57,6 +57,11 @@ class FileVerdict:
                 self.weights.setdefault(w.module_path, []).append(w)
         self._stats: dict[int, DiffStats | None] = {}
         self._at: dict[int, DiffStats | None] = {}
+        self._diffs: dict[tuple[int, str, str], TensorDiff] = {}  # (id(a's call), io, arg) -> its comparison
+        for key, match in matches.items():
+            for d in match.diffs:
+                self._diffs.setdefault((key, d.io, d.arg), d)
+        self._places: dict[int, tuple[Slot, TensorDiff | None]] = {}
         self.findings: list[Finding] = []
         self.measured_places = 0  # tensors judged on both sides' measured rounding
         self._wider: list[Finding] = []  # findings widened to a call holding unmeasured code (``_widened``)
@@ -67,12 +72,20 @@ class FileVerdict:
         """Where b's counterpart of ``slot`` is found, and the comparison's numbers there: the slot's own call,
         else the first call that recorded the same values and has a counterpart (a fused projection leaves a's
         gate_proj alone, but its output is act_fn's input)."""
-        for place in (slot, *self.flow_a.copies(slot)):
-            match = self.matches.get(id(place.node))
-            diff = next((d for d in match.diffs if d.io == place.io and d.arg == place.arg), None) if match else None
-            if diff is not None and diff.basis == "tensors":
-                return place, diff
-        return slot, None
+        found = self._places.get(id(slot))
+        if found is None:
+            found = slot, None
+            for place in (slot, *self.flow_a.copies(slot)):
+                diff = self._diff(place)
+                if diff is not None and diff.basis == "tensors":
+                    found = place, diff
+                    break
+            self._places[id(slot)] = found
+        return found
+
+    def _diff(self, slot: Slot) -> TensorDiff | None:
+        """The comparison of the tensor at exactly this place (None: its call or tensor has no counterpart)."""
+        return self._diffs.get((id(slot.node), slot.io, slot.arg))
 
     def stats(self, slot: Slot) -> DiffStats | None:
         """How b's counterpart of ``slot`` (found as ``place`` finds it) differs (None: no counterpart with full
@@ -104,17 +117,15 @@ class FileVerdict:
         return self._at[key]
 
     def _b_tensor(self, place: Slot) -> TensorValue | None:
-        match = self.matches.get(id(place.node))
-        diff = next((d for d in match.diffs if d.io == place.io and d.arg == place.arg), None) if match else None
+        diff = self._diff(place)
         if diff is None or diff.basis != "tensors":
             return None
-        assert match is not None
+        match = self.matches[id(place.node)]
         return next((t for io, arg, t in match.b.tensors() if io == place.io and arg == diff.b_arg), None)
 
     def _broken(self, slot: Slot) -> TensorDiff | None:
         """The comparison at this very place when it failed outright: another shape, NaN/inf elsewhere."""
-        match = self.matches.get(id(slot.node))
-        diff = next((d for d in match.diffs if d.io == slot.io and d.arg == slot.arg), None) if match else None
+        diff = self._diff(slot)
         return diff if diff is not None and diff.ok is False and diff.problem is not None else None
 
     def _broken_finding(self, producer: Producer, slot: Slot, diff: TensorDiff) -> Finding:
