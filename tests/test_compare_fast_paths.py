@@ -2,7 +2,7 @@
 
 ``compare`` reads each tensor file once, decodes it with numpy and measures a pair from one
 set of sums (``full_pairs.FullPairs``), reusing the numbers of a pair of contents measured
-before. These tests hold those numbers to the torch computations (``metrics._full`` and
+before. These tests hold those numbers to the torch computations (``metrics.measure_with_torch`` and
 ``noise.PairStats.record``) on real traces — several seeds, dtypes, a padded batch, NaN and
 inf — and check that each file is read once and that the standard library's JSON reading
 is kept for what orjson refuses.
@@ -21,7 +21,7 @@ from nbtrace.core.json_text import parse_json
 from nbtrace.core.tensor_file import float64_values
 from nbtrace.demo import build_demo
 from nbtrace.diff.measure.full_pairs import FullPairs
-from nbtrace.diff.measure.metrics import TensorDiff, _full
+from nbtrace.diff.measure.metrics import TensorDiff, measure_with_torch
 from nbtrace.diff.measure.noise import PairStats
 from nbtrace.errors import TraceFormatError
 
@@ -93,7 +93,7 @@ def _both_ways(comparison):
             fast, slow = (TensorDiff(d.io, d.arg, d.b_arg, d.shape, d.b_shape, d.dtype, d.b_dtype, rtol=d.rtol,
                                      atol=d.atol) for _ in range(2))
             fast_pairs(match.a, fast, x, y)
-            _full(slow, x, y, lambda r, tx, ty, node=match.a: slow_stats.record(node, r, tx, ty))
+            measure_with_torch(slow, x, y, lambda r, tx, ty, node=match.a: slow_stats.record(node, r, tx, ty))
             numbers.append((fast, slow))
     return numbers, fast_stats, slow_stats
 

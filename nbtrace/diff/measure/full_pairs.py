@@ -7,7 +7,7 @@ and every number of the pair comes from one set of sums. A pair of tensors whose
 contents were measured before (a layer's output read again as the next layer's input,
 on both sides) is not measured again, and a pair of identical files costs one side.
 
-The numbers are those of ``metrics._full_numbers`` (all elements) and of
+The numbers are those of ``metrics.measure_with_torch`` (all elements) and of
 ``noise.PairStats`` (real tokens only, when the model was called with a padding mask).
 """
 
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ...core.dtypes import is_float
-from .metrics import TensorDiff, _full, same_shape
+from .metrics import TensorDiff, measure_with_torch, relative_to, same_shape
 from .noise import DiffStats, PairStats, unit_roundoff
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -96,7 +96,8 @@ class FullPairs:
         if found is None:
             found = self._measure(result, a, b, key_a is not None and key_a == key_b)
             if found is None:  # a dtype numpy does not hold: torch's path
-                _full(result, a, b, (lambda d, x, y: self.stats.record(node, d, x, y)) if self.stats else None)
+                record = self.stats.record if self.stats is not None else None
+                measure_with_torch(result, a, b, (lambda d, x, y: record(node, d, x, y)) if record else None)
                 return
             if key_a is not None and key_b is not None:
                 self._memo[memo_key] = found
@@ -118,7 +119,7 @@ class FullPairs:
         elif whole.count == 0:
             numbers = (0.0, 0.0, None, None, True, None)
         else:
-            rel = _ratio(whole.delta, whole.scale)
+            rel = relative_to(whole.delta, whole.scale)
             numbers = (whole.delta, rel, whole.cosine(), rel, whole.delta <= result.atol + result.rtol * whole.scale,
                        None)
         if self.stats is None or not _measurable(a, b, x):
@@ -131,7 +132,7 @@ class FullPairs:
             y = x if same else y.reshape(shape)[rows].reshape(-1)
             real = sums(x, None if same else y)
             if floats and not whole.mismatch and real.count:  # padding holds whatever a kernel left there
-                rel = _ratio(real.delta, real.scale)
+                rel = relative_to(real.delta, real.scale)
                 numbers = (real.delta, rel, real.cosine(), rel, numbers[4], None)
         u = unit_roundoff(a.dtype, b.dtype) if floats else 0.0
         return numbers, _diff_stats(real, x.size, u)
@@ -158,9 +159,3 @@ def _diff_stats(s: Sums, n: int, u: float) -> DiffStats:
     norm_d = math.sqrt(s.dd)
     rel = norm_d / norm_a if norm_a > 0 else (0.0 if norm_d == 0 else math.inf)
     return DiffStats(n=n, rel=rel, u=u, rms=norm_d / math.sqrt(count), norm=norm_a / math.sqrt(count))
-
-
-def _ratio(delta: float, scale: float) -> float:
-    if delta == 0:
-        return 0.0
-    return delta / scale if scale > 0 else math.inf

@@ -146,7 +146,7 @@ def diff_tensors(
         if full is not None:
             full(result, a, b)
         else:
-            _full(result, a, b, observe)
+            measure_with_torch(result, a, b, observe)
         return result
     exact = not (is_float(a.dtype) and is_float(b.dtype))
     a_values, b_values = printed_numbers(a, exact), printed_numbers(b, exact)
@@ -165,7 +165,9 @@ def diff_tensors(
     return result
 
 
-def _full(result: TensorDiff, a: TensorValue, b: TensorValue, observe: Observer | None = None) -> None:
+def measure_with_torch(result: TensorDiff, a: TensorValue, b: TensorValue,
+                       observe: Observer | None = None) -> None:
+    """Fill ``result`` from both full tensors, loaded with torch (``full_pairs`` reads files with numpy)."""
     result.basis = "tensors"
     x = a.load()
     y = b.load()
@@ -195,7 +197,7 @@ def _full_numbers(result: TensorDiff, x: torch.Tensor, y: torch.Tensor) -> None:
     delta = (xf - yf).abs().max().item()
     scale = xf.abs().max().item()
     result.max_abs = delta
-    result.max_rel = _ratio(delta, scale)
+    result.max_rel = relative_to(delta, scale)
     norms = xf.norm().item() * yf.norm().item()
     if norms > 0:
         result.cosine = max(-1.0, min(1.0, float((xf @ yf).item() / norms)))
@@ -230,8 +232,8 @@ def _printed(result: TensorDiff, xs: list[tuple[float, float]], ys: list[tuple[f
         nx += x * x
         ny += y * y
     result.max_abs = delta
-    result.max_rel = _ratio(delta, scale)
-    result.excess = max(result.excess or 0.0, _ratio(excess, scale))
+    result.max_rel = relative_to(delta, scale)
+    result.excess = max(result.excess or 0.0, relative_to(excess, scale))
     if nx > 0 and ny > 0:
         result.cosine = max(-1.0, min(1.0, dot / math.sqrt(nx * ny)))
     elif delta == 0:
@@ -262,13 +264,14 @@ def _stats(result: TensorDiff, a: TensorValue, b: TensorValue) -> bool:
             continue
         unit = max(_stat_ulp(a.stats.get(name)), _stat_ulp(b.stats.get(name)))
         size = max(scale, abs(x))
-        result.stat_diffs[name] = _ratio(delta, size)
-        result.excess = max(result.excess or 0.0, _ratio(max(delta - unit, 0.0), size))
+        result.stat_diffs[name] = relative_to(delta, size)
+        result.excess = max(result.excess or 0.0, relative_to(max(delta - unit, 0.0), size))
         ok = ok and delta <= unit + result.rtol * size + result.atol
     return ok
 
 
-def _ratio(delta: float, scale: float) -> float:
+def relative_to(delta: float, scale: float) -> float:
+    """``delta / scale``: 0 for no difference, inf for a difference against zero."""
     if delta == 0:
         return 0.0
     return delta / scale if scale > 0 else math.inf
