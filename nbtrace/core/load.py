@@ -27,8 +27,11 @@ def find_trace_file(path: str | os.PathLike) -> Path:
         raise TraceFormatError(target, "no such file or folder")
     if target.is_file():
         return target
+    with os.scandir(target) as entries:  # one listing: a trace folder may hold 10^5 tensor files
+        names = sorted(e.name for e in entries if not e.name.startswith(".")  # as a glob of "*<suffix>" finds
+                       and (e.name.endswith(FULL_SUFFIX) or e.name.endswith(SUMMARY_SUFFIX)))
     for suffix in (FULL_SUFFIX, SUMMARY_SUFFIX):
-        found = sorted(target.glob(f"*{suffix}"))
+        found = [target / name for name in names if name.endswith(suffix)]
         links = [p for p in found if p.is_symlink()]
         if links:
             raise TraceFormatError(links[0], "is a link; a trace folder's files must be plain files in it")

@@ -10,6 +10,7 @@ joined into one Trace (``join_ranks``) after checking they belong together.
 from __future__ import annotations
 
 import math
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,10 +40,11 @@ def rank_folders(path: str | Path) -> dict[int, Path]:
     if not folder.is_dir():
         return {}
     found = {}
-    for child in folder.iterdir():
-        match = _RANK_FOLDER.match(child.name)
-        if match and child.is_dir():
-            found[int(match.group(1))] = child
+    with os.scandir(folder) as entries:  # a trace folder may hold 10^5 tensor files: no Path for each
+        for entry in entries:
+            match = _RANK_FOLDER.match(entry.name)
+            if match and entry.is_dir():
+                found[int(match.group(1))] = folder / entry.name
     return dict(sorted(found.items()))
 
 
