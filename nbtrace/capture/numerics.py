@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from ..core.dtypes import short_dtype
+from .speculate import named_modules
 
 _SDPA = ("flash", "mem_efficient", "math", "cudnn")
 
@@ -68,8 +69,14 @@ def device_name(device: torch.device) -> str:
 
 
 def model_devices(model: nn.Module) -> list[str]:
-    """The names of the devices holding ``model``'s parameters and buffers, sorted."""
-    return sorted({device_name(t.device) for t in chain(model.parameters(), model.buffers())})
+    """The names of the devices holding ``model``'s parameters and buffers, sorted (read once per trace block:
+    the modules' own dicts, without ``parameters()``'s generator per level of nesting)."""
+    found = set()
+    for _, module in named_modules(model):
+        for tensor in chain(module._parameters.values(), module._buffers.values()):
+            if tensor is not None:
+                found.add(tensor.device)
+    return sorted({device_name(device) for device in found})
 
 
 def numerics_section(devices: list[str]) -> dict[str, Any]:
