@@ -169,3 +169,48 @@ def test_each_tensor_file_is_read_once(tmp_path, monkeypatch):
     files = {p.stat().st_ino for side in (a, b) for p in side.glob("*.safetensors")}
     assert 0 < len(reads) <= len(files)  # hard-linked repeats are not even read once more
     assert comparison.first_divergence.module_path == "DemoLM.layers.2.mlp.up_proj"
+
+
+def _printed_by_loop(xs, ys, rtol, atol):
+    """The printed-values numbers computed number by number (what metrics._printed did before numpy)."""
+    scale = max((abs(x) for x, _ in xs if math.isfinite(x)), default=0.0)
+    delta = excess = dot = nx = ny = 0.0
+    ok = True
+    for (x, ux), (y, uy) in zip(xs, ys):
+        if not (math.isfinite(x) and math.isfinite(y)):
+            if x == y or (math.isnan(x) and math.isnan(y)):
+                continue
+            return math.inf, False
+        d = abs(x - y)
+        delta, excess = max(delta, d), max(excess, d - max(ux, uy))
+        ok = ok and d - max(ux, uy) <= rtol * scale + atol
+        dot, nx, ny = dot + x * y, nx + x * x, ny + y * y
+    return delta, ok
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_printed_values_compare_as_number_by_number(tmp_path, seed):
+    from nbtrace.diff.measure.metrics import printed_numbers
+
+    model, inputs = build_demo(num_layers=2, seq_len=40, seed=seed)  # 40 x 64 > 1000 elements: torch summarises
+    port, _ = build_demo(num_layers=2, seq_len=40, seed=seed)
+    with torch.no_grad():
+        port.layers[1].mlp.up_proj.weight.mul_(1.001)
+        port.layers[1].mlp.down_proj.weight[0, :3] = math.nan
+    for name, m in (("a", model), ("b", port)):
+        with torch.no_grad(), nbtrace.trace(m, debug_path=tmp_path / name, do_prune_layers=False):
+            m(**inputs)
+    comparison = nbtrace.compare(tmp_path / "a", tmp_path / "b")
+    seen = {"ok": 0, "differs": 0, "broken": 0}
+    for match in comparison.matches:
+        tensors_b = {(io, arg): t for io, arg, t in match.b.tensors()}
+        for io, arg, tensor in match.a.tensors():
+            diff = next((d for d in match.diffs if d.io == io and d.arg == arg), None)
+            if diff is None or diff.basis != "printed":
+                continue
+            exact = tensor.dtype != "torch.float32"
+            xs, ys = printed_numbers(tensor, exact), printed_numbers(tensors_b[(io, diff.b_arg)], exact)
+            delta, ok = _printed_by_loop(xs, ys, diff.rtol, diff.atol)
+            assert _close(diff.max_abs, delta), (match.a.module_path, arg)
+            seen["broken" if delta == math.inf else "ok" if ok else "differs"] += 1
+    assert seen["ok"] > 10 and seen["differs"] > 0 and seen["broken"] > 0, seen

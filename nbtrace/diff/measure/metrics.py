@@ -36,6 +36,7 @@ from ...core.dtypes import is_float, short_dtype
 from ...core.tensor import STAT_NAMES, TensorValue
 
 if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
     import torch
 
 #: called with a TensorDiff and the two full tensors it was computed from
@@ -149,8 +150,8 @@ def diff_tensors(
             measure_with_torch(result, a, b, observe)
         return result
     exact = not (is_float(a.dtype) and is_float(b.dtype))
-    a_values, b_values = printed_numbers(a, exact), printed_numbers(b, exact)
-    have_printed = a_values is not None and b_values is not None and len(a_values) == len(b_values)
+    a_values, b_values = printed_arrays(a, exact), printed_arrays(b, exact)
+    have_printed = a_values is not None and b_values is not None and a_values[0].size == b_values[0].size
     have_stats = bool(a.stats) and bool(b.stats)
     if not have_printed and not have_stats:
         result.rtol = result.atol = None
@@ -208,29 +209,32 @@ def _full_numbers(result: TensorDiff, x: torch.Tensor, y: torch.Tensor) -> None:
     result.ok = delta <= result.atol + result.rtol * scale
 
 
-def _printed(result: TensorDiff, xs: list[tuple[float, float]], ys: list[tuple[float, float]]) -> bool:
+def _printed(result: TensorDiff, xs: tuple[np.ndarray, np.ndarray], ys: tuple[np.ndarray, np.ndarray]) -> bool:
+    """Compare two printouts number by number: a difference beyond both numbers' last-digit units and the
+    tolerance is one; NaN/inf must sit at the same places."""
+    import numpy as np
+
     assert result.rtol is not None and result.atol is not None
-    scale = max((abs(x) for x, _ in xs if math.isfinite(x)), default=0.0)
-    floor = result.rtol * scale + result.atol
-    delta = excess = 0.0
-    dot = nx = ny = 0.0
-    ok = True
-    for (x, ux), (y, uy) in zip(xs, ys):
-        if not (math.isfinite(x) and math.isfinite(y)):
-            if x == y or (math.isnan(x) and math.isnan(y)):
-                continue
+    (x, ux), (y, uy) = xs, ys
+    both = np.isfinite(x) & np.isfinite(y)
+    if not both.all():
+        same = (x == y) | (np.isnan(x) & np.isnan(y))
+        if bool((~both & ~same).any()):
             result.max_abs = result.max_rel = math.inf
             result.problem = "NaN/inf at different places"
             return False
-        d = abs(x - y)
-        delta = max(delta, d)
-        beyond = d - max(ux, uy)
-        excess = max(excess, beyond)
-        if beyond > floor:
-            ok = False
-        dot += x * y
-        nx += x * x
-        ny += y * y
+        x, y, ux, uy = x[both], y[both], ux[both], uy[both]
+    if x.size == 0:
+        result.max_abs, result.max_rel = 0.0, 0.0
+        result.excess = max(result.excess or 0.0, 0.0)
+        result.cosine = 1.0
+        return True
+    d = np.abs(x - y)
+    scale = float(np.abs(x).max())
+    beyond = d - np.maximum(ux, uy)
+    delta, excess = float(d.max()), max(float(beyond.max()), 0.0)
+    ok = not bool((beyond > result.rtol * scale + result.atol).any())
+    dot, nx, ny = float(np.dot(x, y)), float(np.dot(x, x)), float(np.dot(y, y))
     result.max_abs = delta
     result.max_rel = relative_to(delta, scale)
     result.excess = max(result.excess or 0.0, relative_to(excess, scale))
@@ -297,21 +301,45 @@ def printed_numbers(tensor: TensorValue, exact: bool = False) -> list[tuple[floa
 
     ``ulp`` is one unit of the last printed digit (0 with ``exact``: integers, bools).
     """
+    found = printed_arrays(tensor, exact)
+    return None if found is None else list(zip(found[0].tolist(), found[1].tolist()))
+
+
+def printed_arrays(tensor: TensorValue, exact: bool = False) -> tuple[np.ndarray, np.ndarray] | None:
+    """``printed_numbers`` as two float64 arrays (values, ulps), read once per printout: a tensor handed on
+    again (a layer's output, the next layer's input) is printed alike."""
     lines = tensor.lines
     if not lines:
         return None
-    text = " ".join(lines)
+    return _parse_printout(" ".join(lines), exact)
+
+
+@functools.lru_cache(maxsize=2048)
+def _parse_printout(text: str, exact: bool) -> tuple[np.ndarray, np.ndarray]:
+    import numpy as np
+
     text = text.removeprefix("tensor(")
     tail = _TAIL.search(text)
     if tail is not None:
         text = text[: tail.start()]
-    numbers: list[tuple[float, float]] = []
-    for match in _NUMBER.finditer(text):
-        word = match.group(6)
-        if word is not None:
-            numbers.append((1.0 if word == "True" else 0.0, 0.0))
-        elif match.group(5) is not None:
-            numbers.append((float(match.group(1) + match.group(5)), 0.0))
+    values: list[float] = []
+    ulps: list[float] = []
+    for sign, whole, decimals, exponent, special, word in _NUMBER.findall(text):
+        if word:
+            values.append(1.0 if word == "True" else 0.0)
+            ulps.append(0.0)
+        elif special:
+            values.append(float(sign + special))
+            ulps.append(0.0)
         else:
-            numbers.append((float(match.group(0)), 0.0 if exact else _ulp(match)))
-    return numbers
+            values.append(float(f"{sign}{whole}.{decimals}e{exponent or 0}"))
+            ulps.append(0.0 if exact else _unit(exponent, len(decimals)))
+    found = np.array(values, dtype=np.float64), np.array(ulps, dtype=np.float64)
+    found[0].flags.writeable = found[1].flags.writeable = False  # shared by every reader of this printout
+    return found
+
+
+@functools.lru_cache(maxsize=512)
+def _unit(exponent: str, decimals: int) -> float:
+    """One unit of the last printed digit of a number with this exponent and this many decimals."""
+    return 10.0 ** ((int(exponent) if exponent else 0) - decimals)
