@@ -8,6 +8,7 @@ one weight of layer 1155 scaled by 1.01. It prints the median seconds of:
 
 - ``compare(a, b)``: the noise-aware verdict from the two trace files (loading both traces included);
 - ``compare(a, b, rtol=1e-5, atol=1e-8)``: the per-element tolerance, the algorithm compare used before;
+- ``compare(a, b)`` of the same two runs traced with printed values (``use_repr=True``, the default);
 - ``compare(a, model)``: replay — the port traced on a's inputs, compared, and each of its 20,024
   aligned module calls run again on a's recorded inputs, in float32 and in float64 (one round);
 - the same three for the precision case set's Llama (58 calls, bf16).
@@ -39,8 +40,8 @@ def _demo(layers: int, scaled: bool):
     return model, inputs
 
 
-def _traced(model, inputs, folder: Path) -> Path:
-    with torch.no_grad(), nbtrace.trace(model, debug_path=folder, use_repr=False, do_prune_layers=False):
+def _traced(model, inputs, folder: Path, use_repr: bool = False) -> Path:
+    with torch.no_grad(), nbtrace.trace(model, debug_path=folder, use_repr=use_repr, do_prune_layers=False):
         model(**inputs)
     return folder
 
@@ -71,6 +72,10 @@ def main() -> None:
         print(f"demo, {calls} calls: compare(a, b) {files:.1f} s -> {c.first_divergence.module_path}")
         before, _ = _median(args.rounds, lambda: nbtrace.compare(a_path, b_path, rtol=1e-5, atol=1e-8))
         print(f"demo, {calls} calls: compare(a, b, rtol=, atol=) {before:.1f} s")
+        printed_a = _traced(*_demo(args.layers, False), Path(tmp) / "printed_a", use_repr=True)
+        printed_b = _traced(port, inputs, Path(tmp) / "printed_b", use_repr=True)
+        printed, c = _median(args.rounds, lambda: nbtrace.compare(printed_a, printed_b))
+        print(f"demo, {calls} calls, printed values: compare(a, b) {printed:.1f} s -> {c.first_divergence.module_path}")
         replay, c = _median(1, lambda: nbtrace.compare(a_path, port))
         print(f"demo, {calls} calls: compare(a, port) {replay:.1f} s, of which replaying "
               f"{len(c.replay.replayed)} calls {c.replay.seconds:.1f} s -> {c.first_divergence.module_path}")

@@ -214,3 +214,34 @@ def test_printed_values_compare_as_number_by_number(tmp_path, seed):
             assert _close(diff.max_abs, delta), (match.a.module_path, arg)
             seen["broken" if delta == math.inf else "ok" if ok else "differs"] += 1
     assert seen["ok"] > 10 and seen["differs"] > 0 and seen["broken"] > 0, seen
+
+
+def test_the_collector_is_left_as_it_was(tmp_path):
+    import gc
+
+    from nbtrace.core.collector import collector_paused
+
+    model, inputs = build_demo(num_layers=2, seq_len=8, seed=6)
+    a = _traced(model, inputs, tmp_path / "a")
+    assert gc.isenabled()
+    nbtrace.compare(a, a)
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    assert gc.get_count()[0] < 1000  # (~3,700 otherwise) what the comparison made is not left for the next collection to scan
+    gc.disable()
+    try:
+        nbtrace.compare(a, a)
+        assert not gc.isenabled()  # a process that paused it keeps it paused
+    finally:
+        gc.enable()
+    kept = [[] for _ in range(10)]
+    gc.freeze()  # a process that froze its objects (before forking, say) keeps them frozen
+    try:
+        frozen = gc.get_freeze_count()
+        with collector_paused():
+            made = [[] for _ in range(10)]
+        assert gc.get_freeze_count() == frozen and gc.isenabled() and made and kept
+    finally:
+        gc.unfreeze()
+    with pytest.raises(RuntimeError), collector_paused():
+        raise RuntimeError("inside")
+    assert gc.isenabled()

@@ -13,11 +13,21 @@ from contextlib import contextmanager
 
 @contextmanager
 def collector_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector inside the block (restored as it was, also on an exception)."""
+    """Pause the cyclic garbage collector inside the block (restored as it was, also on an exception).
+
+    Objects made while it is paused all sit in the youngest generation, and the first collection after it
+    would scan every one of them (1.4 s after comparing two 20,000-call traces). So they are moved to the
+    oldest generation as the block ends (``gc.freeze()`` then ``gc.unfreeze()``, which scan nothing), where
+    they wait for a full collection as any long-lived object does. Not when the process froze objects
+    itself: unfreezing would undo that.
+    """
     was_enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
         if was_enabled:
+            if gc.get_freeze_count() == 0:
+                gc.freeze()
+                gc.unfreeze()
             gc.enable()
