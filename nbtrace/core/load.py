@@ -27,9 +27,7 @@ def find_trace_file(path: str | os.PathLike) -> Path:
         raise TraceFormatError(target, "no such file or folder")
     if target.is_file():
         return target
-    with os.scandir(target) as entries:  # one listing: a trace folder may hold 10^5 tensor files
-        names = sorted(e.name for e in entries if not e.name.startswith(".")  # as a glob of "*<suffix>" finds
-                       and (e.name.endswith(FULL_SUFFIX) or e.name.endswith(SUMMARY_SUFFIX)))
+    names = _trace_files(target)
     for suffix in (FULL_SUFFIX, SUMMARY_SUFFIX):
         found = [target / name for name in names if name.endswith(suffix)]
         links = [p for p in found if p.is_symlink()]
@@ -41,6 +39,12 @@ def find_trace_file(path: str | os.PathLike) -> Path:
             names = ", ".join(p.name for p in found)
             raise TraceFormatError(target, f"holds traces of several models ({names}); pass one file")
     raise TraceFormatError(target, f"holds no *{FULL_SUFFIX} or *{SUMMARY_SUFFIX} file")
+
+
+def _trace_files(folder: Path) -> list[str]:
+    """The names of the FULL and SUMMARY files in ``folder``, sorted (not hidden ones, as a glob finds them).
+    One listing tested in C: a trace folder may hold 10^5 tensor files."""
+    return sorted(n for n in os.listdir(folder) if n.endswith((FULL_SUFFIX, SUMMARY_SUFFIX)) and n[0] != ".")
 
 
 def load_trace(path: str | os.PathLike | Trace, rank: int | None = None) -> Trace:
@@ -61,7 +65,7 @@ def load_trace(path: str | os.PathLike | Trace, rank: int | None = None) -> Trac
         return load_trace(rank_path(path, rank))
     folders = rank_folders(path)
     if folders:
-        if any(Path(path).glob(f"*{FULL_SUFFIX}")) or any(Path(path).glob(f"*{SUMMARY_SUFFIX}")):
+        if _trace_files(Path(path)):
             raise TraceFormatError(path, "holds a trace and rank_<r> folders; pass rank=r, or the trace file")
         return join_ranks(Path(path), {r: load_trace(folder) for r, folder in folders.items()})
     file = find_trace_file(path)
