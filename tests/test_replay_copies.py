@@ -19,7 +19,7 @@ from nbtrace.diff.measure.noise import diff_stats
 from nbtrace.diff.replay import copies as copies_module
 from nbtrace.diff.replay.copies import Copies
 from nbtrace.diff.replay.exact import copy_in
-from nbtrace.diff.replay.pair_sums import PairSums
+from nbtrace.diff.replay.pair_sums import PairSums, Rows
 from tests.models.precision import one_thread  # noqa: F401
 
 LAYERS = 3
@@ -134,7 +134,7 @@ def test_pair_sums_give_diff_stats_numbers_also_with_padding_and_non_finite_valu
     tensors = [ref, port, wide, wide.to(port.dtype)]
     pairs = [(0, 1), (0, 2), (2, 1), (2, 3)]
     for rows in (None, valid):
-        sums = PairSums(tensors, pairs, rows)
+        sums = PairSums(tensors, pairs, Rows(rows))
         for k, (i, j) in enumerate(pairs):
             got, want = sums.stats(k, 2.0**-24), diff_stats(tensors[i], tensors[j], rows, 2.0**-24)
             assert got.n == want.n and got.u == want.u

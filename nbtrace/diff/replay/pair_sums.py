@@ -4,8 +4,9 @@ A replayed call compares four pairs of tensors of one shape (the reference's out
 port's, against the port's float64 result, that against the port's own, and against itself rounded
 to the dtype). Measured one pair at a time, each pair converts its tensors to float64 again and pays
 numpy's and torch's cost per operation a dozen times; on 20,000 small calls that was a third of
-replay's time. ``PairSums`` converts each tensor once (``noise.as_matrix``: float64, padding rows
-left out), stacks them, and takes every pair's sums at once. Its numbers are those of
+replay's time. ``PairSums`` stacks the tensors as float64 once, leaves out the padding rows that
+``noise.as_matrix`` leaves out (``Rows``: their positions found once per shape), and takes every
+pair's sums at once. Its numbers are those of
 ``noise.diff_stats`` (each pair over the elements finite on both sides) and of a divergence's
 ``max_abs``, ``max_rel`` and cosine; ``tests/test_replay_copies.py`` holds them to ``diff_stats``.
 """
@@ -24,29 +25,54 @@ if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
 
 
-class PairSums:
-    """Sums of ``pairs`` ``(i, j)`` of ``tensors`` (all of one shape): ``b = tensors[j]`` against ``a = tensors[i]``."""
+class Rows:
+    """The flat positions of a tensor of a given shape that ``noise.as_matrix`` keeps (padding rows left out),
+    found once per shape by applying ``as_matrix`` to the positions themselves; None: all of them."""
 
-    def __init__(self, tensors: Sequence[torch.Tensor], pairs: Sequence[tuple[int, int]],
-                 valid_rows: torch.Tensor | None = None) -> None:
+    def __init__(self, valid_rows: torch.Tensor | None = None) -> None:
+        self.valid_rows = valid_rows
+        self._kept: dict[tuple[int, ...], np.ndarray | None] = {}
+
+    def __call__(self, shape: tuple[int, ...]) -> np.ndarray | None:
         import numpy as np
 
-        values = np.stack([as_matrix(t, valid_rows).numpy().reshape(-1) for t in tensors])
+        if self.valid_rows is None:
+            return None
+        if shape not in self._kept:
+            count = math.prod(shape)
+            positions = torch.arange(count, dtype=torch.float64).reshape(shape)
+            kept = as_matrix(positions, self.valid_rows).reshape(-1).numpy().astype(np.int64)
+            self._kept[shape] = None if kept.size == count else kept  # kept in order: all of them or fewer
+        return self._kept[shape]
+
+
+class PairSums:
+    """Sums of ``pairs`` ``(i, j)`` of ``tensors`` (all of one shape): ``b = tensors[j]`` against ``a = tensors[i]``,
+    over the positions ``rows`` keeps."""
+
+    def __init__(self, tensors: Sequence[torch.Tensor], pairs: Sequence[tuple[int, int]],
+                 rows: Rows | None = None) -> None:
+        import numpy as np
+
+        values = np.stack([_flat(t) for t in tensors]).astype(np.float64, copy=False)  # one tensor a row
+        kept = rows(tuple(tensors[0].shape)) if rows is not None else None
+        if kept is not None:
+            values = values[:, kept]
         first, second = [i for i, _ in pairs], [j for _, j in pairs]
         a, b = values[first], values[second]
-        finite = np.isfinite(values)
         self.size = values.shape[1]
-        if finite.all():
+        if np.isfinite(values).all():
             self.count = np.full(len(pairs), self.size)
         else:
+            finite = np.isfinite(values)
             both = finite[first] & finite[second]
             a, b = np.where(both, a, 0.0), np.where(both, b, 0.0)
             self.count = both.sum(axis=1)
         self.a: np.ndarray = a
         self.b: np.ndarray = b
         self.delta = b - a
-        self.norm_a = np.sqrt((a * a).sum(axis=1))
-        self.norm_d = np.sqrt((self.delta * self.delta).sum(axis=1))
+        self.norm_a = np.sqrt(np.einsum("ij,ij->i", a, a))
+        self.norm_d = np.sqrt(np.einsum("ij,ij->i", self.delta, self.delta))
 
     def stats(self, pair: int, u: float) -> DiffStats:
         """``noise.diff_stats(a, b, valid_rows, u)`` of one pair."""
@@ -63,6 +89,16 @@ class PairSums:
             return 0.0, 0.0, None
         delta = float(np.abs(self.delta[pair]).max())
         scale = float(np.abs(self.a[pair]).max())
-        norms = float(self.norm_a[pair]) * math.sqrt(float((self.b[pair] * self.b[pair]).sum()))
-        cosine = max(-1.0, min(1.0, float((self.a[pair] * self.b[pair]).sum()) / norms)) if norms > 0 else None
+        a, b = self.a[pair], self.b[pair]
+        norms = float(self.norm_a[pair]) * math.sqrt(float(np.einsum("i,i->", b, b)))
+        cosine = max(-1.0, min(1.0, float(np.einsum("i,i->", a, b)) / norms)) if norms > 0 else None
         return delta, (delta / scale if scale > 0 else (0.0 if delta == 0 else math.inf)), cosine
+
+
+_NUMPY = (torch.float64, torch.float32, torch.float16)
+
+
+def _flat(tensor: torch.Tensor) -> np.ndarray:
+    """The tensor's values as a flat numpy array (a view where numpy holds its dtype: exact widening follows)."""
+    tensor = tensor.detach()
+    return (tensor if tensor.dtype in _NUMPY else tensor.to(torch.float64)).reshape(-1).numpy()

@@ -47,7 +47,7 @@ from ..measure import measured
 from ..measure.noise import DiffStats, as_matrix, unit_roundoff
 from .copies import Copies
 from .exact import cast, device_of, exact_numerics, to_device
-from .pair_sums import PairSums
+from .pair_sums import PairSums, Rows
 from ..measure.metrics import same_shape
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -106,6 +106,7 @@ class Replayer:
         self.flow_a, self.flow_b = flows
         self._modules: dict[tuple[int, str], nn.Module | None] = {}
         self._sizes: dict[int, int] = {}
+        self.rows = Rows(valid)  # the positions measured (padding rows left out), per shape
         self.budget = _budget(self, [m.b for m in matches]) if scope == "auto" else math.inf
         self.copies: dict[tuple[str, torch.dtype], Copies] = {}  # (side, dtype): made anew by each run()
 
@@ -240,13 +241,13 @@ class Replayer:
             return
         slot, ref = loaded[0]
         if len(loaded) > 1:  # the closest to port64(x): relative(candidate, port64) of each, in one pass
-            near = PairSums([port64, *(t for _, t in loaded)], [(i, 0) for i in range(1, len(loaded) + 1)], self.valid)
+            near = PairSums([port64, *(t for _, t in loaded)], [(i, 0) for i in range(1, len(loaded) + 1)], self.rows)
             slot, ref = loaded[min(range(len(loaded)), key=lambda i: near.stats(i, 0.0).rel)]
-        result.ambiguous = any(not torch.equal(t, ref) for _, t in loaded)
+        result.ambiguous = any(t is not ref and not torch.equal(t, ref) for _, t in loaded)
         u = unit_roundoff(ref.dtype, port_out.dtype)
         # (ref, port), (ref, port64), (port64, port), (port64, port64 rounded to the port's dtype)
         sums = PairSums([ref, port_out, port64, port64.to(port_out.dtype)], [(0, 1), (0, 2), (2, 1), (2, 3)],
-                        self.valid)
+                        self.rows)
         result.math = sums.stats(1, u)
         if result.a.children and result.math.rel > _FAR:
             result.problem = "its output matches none of the reference's recorded tensors"
