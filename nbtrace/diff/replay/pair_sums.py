@@ -59,20 +59,28 @@ class PairSums:
         if kept is not None:
             values = values[:, kept]
         first, second = [i for i, _ in pairs], [j for _, j in pairs]
-        a, b = values[first], values[second]
         self.size = values.shape[1]
-        if np.isfinite(values).all():
-            self.count = np.full(len(pairs), self.size)
+        a, b = values[first], values[second]
+        with np.errstate(invalid="ignore", over="ignore"):  # a NaN or inf is measured without it below
+            delta = b - a
+            squares = np.einsum("ij,ij->i", values, values)  # every tensor's sum of squares
+            differences = np.einsum("ij,ij->i", delta, delta)
+        if np.isfinite(squares).all() and np.isfinite(differences).all():  # every element finite (or an overflow:
+            self.count = np.full(len(pairs), self.size)  # then measured element by element below, as diff_stats)
+            self.square_a, self.square_b = squares[first], squares[second]
         else:
             finite = np.isfinite(values)
             both = finite[first] & finite[second]
             a, b = np.where(both, a, 0.0), np.where(both, b, 0.0)
+            delta = b - a
             self.count = both.sum(axis=1)
+            self.square_a, self.square_b = np.einsum("ij,ij->i", a, a), np.einsum("ij,ij->i", b, b)
+            differences = np.einsum("ij,ij->i", delta, delta)
         self.a: np.ndarray = a
         self.b: np.ndarray = b
-        self.delta = b - a
-        self.norm_a = np.sqrt(np.einsum("ij,ij->i", a, a))
-        self.norm_d = np.sqrt(np.einsum("ij,ij->i", self.delta, self.delta))
+        self.delta = delta
+        self.norm_a = np.sqrt(self.square_a)
+        self.norm_d = np.sqrt(differences)
 
     def stats(self, pair: int, u: float) -> DiffStats:
         """``noise.diff_stats(a, b, valid_rows, u)`` of one pair."""
@@ -89,9 +97,9 @@ class PairSums:
             return 0.0, 0.0, None
         delta = float(np.abs(self.delta[pair]).max())
         scale = float(np.abs(self.a[pair]).max())
-        a, b = self.a[pair], self.b[pair]
-        norms = float(self.norm_a[pair]) * math.sqrt(float(np.einsum("i,i->", b, b)))
-        cosine = max(-1.0, min(1.0, float(np.einsum("i,i->", a, b)) / norms)) if norms > 0 else None
+        norms = float(self.norm_a[pair]) * math.sqrt(float(self.square_b[pair]))
+        dot = float(np.einsum("i,i->", self.a[pair], self.b[pair]))
+        cosine = max(-1.0, min(1.0, dot / norms)) if norms > 0 else None
         return delta, (delta / scale if scale > 0 else (0.0 if delta == 0 else math.inf)), cosine
 
 

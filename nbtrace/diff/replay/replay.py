@@ -31,7 +31,10 @@ children, ``"all"`` everything. The random number generators' states are restore
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -106,6 +109,7 @@ class Replayer:
         self.flow_a, self.flow_b = flows
         self._modules: dict[tuple[int, str], nn.Module | None] = {}
         self._sizes: dict[int, int] = {}
+        self._devices: dict[int, torch.device] = {}
         self.rows = Rows(valid)  # the positions measured (padding rows left out), per shape
         self.budget = _budget(self, [m.b for m in matches]) if scope == "auto" else math.inf
         self.copies: dict[tuple[str, torch.dtype], Copies] = {}  # (side, dtype): made anew by each run()
@@ -116,7 +120,7 @@ class Replayer:
         self.copies = {(side, dtype): Copies(dtype) for side in ("port", "reference")
                        for dtype in (torch.float64, torch.float32)}
         try:
-            with torch.no_grad():
+            with torch.no_grad(), _older_objects_frozen():
                 return [self.replay(match) for match in self.matches]
         finally:
             for copies in self.copies.values():
@@ -138,6 +142,12 @@ class Replayer:
             self._sizes[id(module)] = sum(p.numel() for p in module.parameters())
         return self._sizes[id(module)]
 
+    def device(self, module: nn.Module) -> torch.device:
+        """``device_of``, looked up once per module."""
+        if id(module) not in self._devices:
+            self._devices[id(module)] = device_of(module)
+        return self._devices[id(module)]
+
     # -- one call -----------------------------------------------------------------------
     def replay(self, match: Match) -> Replayed:
         result = Replayed(match.a, match.b)
@@ -157,7 +167,7 @@ class Replayer:
         except Unreplayable as exc:
             result.problem = str(exc)
             return result
-        device = device_of(module)
+        device = self.device(module)
         result.device = str(device)
         args, kwargs = to_device(args, device), to_device(kwargs, device)
         try:
@@ -182,7 +192,7 @@ class Replayer:
             return
         try:
             a_args, a_kwargs = rebuild(match.a.inputs, self._own(match))
-            device = device_of(module)
+            device = self.device(module)
             a_args, a_kwargs = to_device(a_args, device), to_device(a_kwargs, device)
             ref64 = _first_float(_host(_exact(self.copies["reference", torch.float64], module, a_args, a_kwargs)))
             ref32 = _first_float(_host(_exact(self.copies["reference", torch.float32], module, a_args, a_kwargs)))
@@ -272,6 +282,22 @@ def _exact(copies: Copies, module: nn.Module, args: Any, kwargs: Any) -> Any:
     copied = copies.of(module)
     with exact_numerics():
         return copied(*cast(args, copies.dtype), **cast(kwargs, copies.dtype))
+
+
+@contextlib.contextmanager
+def _older_objects_frozen() -> Iterator[None]:
+    """The objects that exist when replay starts (both traces, their data flows: millions) left out of the
+    garbage collector's scans while it runs (``gc.freeze``; undone afterwards, also when replay raises): each
+    full collection walked them all, some 3 s of a 20,000-call replay. A program that froze objects itself
+    is left as it is."""
+    if gc.get_freeze_count():
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def _load(flow: Flow, node: Node, arg: str, tensor: TensorValue) -> torch.Tensor | None:
