@@ -54,7 +54,8 @@ class PairSums:
                  rows: Rows | None = None) -> None:
         import numpy as np
 
-        values = np.stack([_flat(t) for t in tensors]).astype(np.float64, copy=False)  # one tensor a row
+        # one tensor a row, as float64 (torch widens every dtype exactly, bfloat16 included)
+        values = torch.cat([t.detach().reshape(1, -1) for t in tensors]).to(torch.float64).numpy()
         kept = rows(tuple(tensors[0].shape)) if rows is not None else None
         if kept is not None:
             values = values[:, kept]
@@ -65,15 +66,15 @@ class PairSums:
             delta = b - a
             squares = np.einsum("ij,ij->i", values, values)  # every tensor's sum of squares
             differences = np.einsum("ij,ij->i", delta, delta)
-        if np.isfinite(squares).all() and np.isfinite(differences).all():  # every element finite (or an overflow:
-            self.count = np.full(len(pairs), self.size)  # then measured element by element below, as diff_stats)
+            finite = math.isfinite(float(squares.sum() + differences.sum()))
+        if finite:  # every element finite (or an overflow: then measured element by element below, as diff_stats)
+            self.count = [self.size] * len(pairs)
             self.square_a, self.square_b = squares[first], squares[second]
         else:
-            finite = np.isfinite(values)
-            both = finite[first] & finite[second]
+            both = np.isfinite(values[first]) & np.isfinite(values[second])
             a, b = np.where(both, a, 0.0), np.where(both, b, 0.0)
             delta = b - a
-            self.count = both.sum(axis=1)
+            self.count = both.sum(axis=1).tolist()
             self.square_a, self.square_b = np.einsum("ij,ij->i", a, a), np.einsum("ij,ij->i", b, b)
             differences = np.einsum("ij,ij->i", delta, delta)
         self.a: np.ndarray = a
@@ -102,11 +103,3 @@ class PairSums:
         cosine = max(-1.0, min(1.0, dot / norms)) if norms > 0 else None
         return delta, (delta / scale if scale > 0 else (0.0 if delta == 0 else math.inf)), cosine
 
-
-_NUMPY = (torch.float64, torch.float32, torch.float16)
-
-
-def _flat(tensor: torch.Tensor) -> np.ndarray:
-    """The tensor's values as a flat numpy array (a view where numpy holds its dtype: exact widening follows)."""
-    tensor = tensor.detach()
-    return (tensor if tensor.dtype in _NUMPY else tensor.to(torch.float64)).reshape(-1).numpy()
