@@ -149,3 +149,23 @@ def test_pair_sums_give_diff_stats_numbers_also_with_padding_and_non_finite_valu
         assert sums.numbers(0) == pytest.approx(want, rel=1e-12)
     same = PairSums([ref, ref.clone()], [(0, 1)])
     assert same.stats(0, 0.0).rel == 0.0 and same.numbers(0)[:2] == (0.0, 0.0)
+
+
+def test_the_garbage_collector_is_left_as_it_was_also_when_replay_raises(reference, monkeypatch):
+    import gc
+
+    from nbtrace.diff.replay import replay as replay_module
+
+    port, _ = build_demo(num_layers=LAYERS)
+    seen = []
+
+    def failing(self, match):
+        seen.append(gc.get_freeze_count())  # older objects are frozen while replay runs
+        raise RuntimeError("inside replay")
+
+    monkeypatch.setattr(replay_module.Replayer, "replay", failing)
+    rng = torch.random.get_rng_state()
+    with pytest.raises(RuntimeError, match="inside replay"):
+        nbtrace.compare(reference, port)
+    assert seen and seen[0] > 0
+    assert gc.get_freeze_count() == 0 and gc.isenabled() and torch.equal(torch.random.get_rng_state(), rng)
