@@ -10,7 +10,8 @@ and attributes that a copy of the submodule alone would hold.
 Memory: one copy is held at a time, that of the outermost module being replayed; it is dropped when
 replay reaches a module outside it (and when the replay ends), so the peak is the float64 copy of the
 largest replayed module, as with a copy per call. A ``Copies`` lives for one comparison: a weight the
-user changes between two comparisons is copied afresh by the next one.
+user changes between two comparisons is copied afresh by the next one. (A module whose forward changes
+its own buffers, a step counter, is copied as it was when the outermost call inside it was replayed.)
 """
 
 from __future__ import annotations

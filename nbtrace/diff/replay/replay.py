@@ -107,9 +107,10 @@ class Replayer:
         self.port, self.matches, self.valid, self.scope = port, matches, valid, scope
         self.reference = reference
         self.flow_a, self.flow_b = flows
-        self._modules: dict[tuple[int, str], nn.Module | None] = {}
+        self._modules: dict[int, dict[str, nn.Module]] = {}  # id(model) -> its submodules by name
         self._sizes: dict[int, int] = {}
         self._devices: dict[int, torch.device] = {}
+        self._within: set[int] = set()  # modules inside one that is within the budget
         self.rows = Rows(valid)  # the positions measured (padding rows left out), per shape
         self.budget = _budget(self, [m.b for m in matches]) if scope == "auto" else math.inf
         self.copies: dict[tuple[str, torch.dtype], Copies] = {}  # (side, dtype): made anew by each run()
@@ -130,11 +131,11 @@ class Replayer:
                 torch.cuda.set_rng_state_all(devices)
 
     def module(self, model: nn.Module, path: str) -> nn.Module | None:
-        """``find_module``, looked up once per path."""
-        key = (id(model), path.split(" ", 1)[0])
-        if key not in self._modules:
-            self._modules[key] = find_module(model, path)
-        return self._modules[key]
+        """``find_module``, from one walk of ``model``'s submodules (by every name they are registered under)."""
+        if id(model) not in self._modules:
+            self._modules[id(model)] = {name: m for name, m in model.named_modules(remove_duplicate=False)}
+        path = path.split(" ", 1)[0]
+        return self._modules[id(model)].get(path.split(".", 1)[1] if "." in path else "")
 
     def size(self, module: nn.Module) -> int:
         """How many parameters ``module`` holds, counted once."""
@@ -158,10 +159,12 @@ class Replayer:
         if self.scope == "leaves" and match.b.children:
             result.problem = "not a leaf (replay='leaves')"
             return result
-        size = self.size(module)
-        if size > self.budget:
-            result.problem = f"too large to copy to float64 ({size:,} parameters; replay='all' replays it)"
-            return result
+        if self.budget != math.inf and id(module) not in self._within:  # a submodule holds no more than it
+            size = self.size(module)
+            if size > self.budget:
+                result.problem = f"too large to copy to float64 ({size:,} parameters; replay='all' replays it)"
+                return result
+            self._within.update(id(m) for m in module.modules())
         try:
             args, kwargs = rebuild(match.b.inputs, self._substitute(match, result))
         except Unreplayable as exc:
