@@ -105,10 +105,10 @@ def _tensor(tensor: torch.Tensor, memo: dict[int, Any]) -> torch.Tensor:
 
 
 def _attribute(value: Any, memo: dict[int, Any]) -> Any:
+    if type(value) in _CONTAINERS:  # the most common: a module's hook dicts
+        return value.copy()  # an OrderedDict's copy is an OrderedDict
     if isinstance(value, torch.Tensor):
         return _tensor(value, memo)
-    if type(value) in _CONTAINERS:
-        return value.copy()  # an OrderedDict's copy is an OrderedDict
     if isinstance(value, (dict, list, set)):
         return copy.copy(value)
     if isinstance(value, types.MethodType) and isinstance(value.__self__, nn.Module):

@@ -32,6 +32,7 @@ children, ``"all"`` everything. The random number generators' states are restore
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import math
 from collections.abc import Iterator
@@ -257,7 +258,7 @@ class Replayer:
             near = PairSums([port64, *(t for _, t in loaded)], [(i, 0) for i in range(1, len(loaded) + 1)], self.rows)
             slot, ref = loaded[min(range(len(loaded)), key=lambda i: near.stats(i, 0.0).rel)]
         result.ambiguous = any(t is not ref and not torch.equal(t, ref) for _, t in loaded)
-        u = unit_roundoff(ref.dtype, port_out.dtype)
+        u = _unit(ref.dtype, port_out.dtype)
         # (ref, port), (ref, port64), (port64, port), (port64, port64 rounded to the port's dtype)
         sums = PairSums([ref, port_out, port64, port64.to(port_out.dtype)], [(0, 1), (0, 2), (2, 1), (2, 3)],
                         self.rows)
@@ -301,6 +302,11 @@ def _older_objects_frozen() -> Iterator[None]:
         yield
     finally:
         gc.unfreeze()
+
+
+@functools.lru_cache(maxsize=64)
+def _unit(a: torch.dtype, b: torch.dtype) -> float:
+    return unit_roundoff(a, b)
 
 
 def _load(flow: Flow, node: Node, arg: str, tensor: TensorValue) -> torch.Tensor | None:
