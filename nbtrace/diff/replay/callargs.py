@@ -38,10 +38,19 @@ def literal(text: str, where: str) -> Any:
     """A printed argument back to its value; raises Unreplayable when the printout is not a literal."""
     if text in _DTYPES:
         return _DTYPES[text]
+    if text in _SEEN:  # replay rebuilds "None", "True", "1e-06" thousands of times
+        return _SEEN[text]
     try:
-        return ast.literal_eval(text)
+        value = ast.literal_eval(text)
     except (ValueError, SyntaxError, MemoryError, RecursionError):
         raise Unreplayable(f"argument {where} was recorded as {text[:60]!r}, which cannot be rebuilt") from None
+    if type(value) in _IMMUTABLE and len(_SEEN) < 4096:  # a list or dict is made anew: a call may change it
+        _SEEN[text] = value
+    return value
+
+
+_IMMUTABLE = (type(None), bool, int, float, complex, str, bytes)
+_SEEN: dict[str, Any] = {}  # printed literal -> its immutable value
 
 
 def rebuild(recorded: Any, substitute: Substitute) -> tuple[tuple[Any, ...], dict[str, Any]]:

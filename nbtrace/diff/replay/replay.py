@@ -19,15 +19,23 @@ rebuilt, whose module is not found, or that raises, is listed with the reason. T
 output of a call with children is not recorded: it is the tensor handed on right after it, or its
 last child's output, whichever is closest to ``T_b`` (``Flow.call_output``).
 
-Memory: one module is copied at a time and dropped after its call. ``scope`` limits what is
-replayed: ``"auto"`` every call whose module holds at most as many parameters as the largest layer
-block, ``"leaves"`` calls without children, ``"all"`` everything. The random number generators'
-states are restored afterwards.
+Speed and memory: each module is copied to float64 once per comparison and its copy serves the
+calls inside it (``copies.py``: one copy per side and dtype held at a time, that of the outermost
+module being replayed, dropped when replay leaves it: the peak is the float64 copy of the largest
+replayed module); a recorded tensor that is a repeat of an earlier one (a layer's output read as the
+next layer's input) is loaded once, from where it first appeared; a call's four tensor pairs are
+measured in one pass (``pair_sums.py``). ``scope`` limits what is replayed: ``"auto"`` every call
+whose module holds at most as many parameters as the largest layer block, ``"leaves"`` calls without
+children, ``"all"`` everything. The random number generators' states are restored afterwards.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import gc
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -40,8 +48,10 @@ from ...core.tensor import TensorValue
 from .callargs import Unreplayable, rebuild, tensors_of
 from ..align.flow import Flow
 from ..measure import measured
-from ..measure.noise import DiffStats, as_matrix, diff_stats, relative, unit_roundoff
-from .exact import cast, copy_in, device_of, exact_numerics, float64_copy, to_device
+from ..measure.noise import DiffStats, as_matrix, unit_roundoff
+from .copies import Copies
+from .exact import cast, device_of, exact_numerics, to_device
+from .pair_sums import PairSums, Rows
 from ..measure.metrics import same_shape
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -98,44 +108,75 @@ class Replayer:
         self.port, self.matches, self.valid, self.scope = port, matches, valid, scope
         self.reference = reference
         self.flow_a, self.flow_b = flows
-        self.budget = _budget(port, [m.b for m in matches]) if scope == "auto" else math.inf
+        self._modules: dict[int, dict[str, nn.Module]] = {}  # id(model) -> its submodules by name
+        self._sizes: dict[int, int] = {}
+        self._devices: dict[int, torch.device] = {}
+        self._within: set[int] = set()  # modules inside one that is within the budget
+        self.rows = Rows(valid)  # the positions measured (padding rows left out), per shape
+        self.budget = _budget(self, [m.b for m in matches]) if scope == "auto" else math.inf
+        self.copies: dict[tuple[str, torch.dtype], Copies] = {}  # (side, dtype): made anew by each run()
 
     def run(self) -> list[Replayed]:
         state = torch.random.get_rng_state()
         devices = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+        self.copies = {(side, dtype): Copies(dtype) for side in ("port", "reference")
+                       for dtype in (torch.float64, torch.float32)}
         try:
-            with torch.no_grad():
+            with torch.no_grad(), _older_objects_frozen():
                 return [self.replay(match) for match in self.matches]
         finally:
+            for copies in self.copies.values():
+                copies.clear()
             torch.random.set_rng_state(state)
             if devices is not None:
                 torch.cuda.set_rng_state_all(devices)
 
+    def module(self, model: nn.Module, path: str) -> nn.Module | None:
+        """``find_module``, from one walk of ``model``'s submodules (by every name they are registered under)."""
+        if id(model) not in self._modules:
+            self._modules[id(model)] = {name: m for name, m in model.named_modules(remove_duplicate=False)}
+        path = path.split(" ", 1)[0]
+        return self._modules[id(model)].get(path.split(".", 1)[1] if "." in path else "")
+
+    def size(self, module: nn.Module) -> int:
+        """How many parameters ``module`` holds, counted once."""
+        if id(module) not in self._sizes:
+            self._sizes[id(module)] = sum(p.numel() for p in module.parameters())
+        return self._sizes[id(module)]
+
+    def device(self, module: nn.Module) -> torch.device:
+        """``device_of``, looked up once per module."""
+        if id(module) not in self._devices:
+            self._devices[id(module)] = device_of(module)
+        return self._devices[id(module)]
+
     # -- one call -----------------------------------------------------------------------
     def replay(self, match: Match) -> Replayed:
         result = Replayed(match.a, match.b)
-        module = find_module(self.port, match.b.module_path)
+        module = self.module(self.port, match.b.module_path)
         if module is None:
             result.problem = f"the port has no module {match.b.module_path}"
             return result
         if self.scope == "leaves" and match.b.children:
             result.problem = "not a leaf (replay='leaves')"
             return result
-        size = sum(p.numel() for p in module.parameters())
-        if size > self.budget:
-            result.problem = f"too large to copy to float64 ({size:,} parameters; replay='all' replays it)"
-            return result
+        if self.budget != math.inf and id(module) not in self._within:  # a submodule holds no more than it
+            size = self.size(module)
+            if size > self.budget:
+                result.problem = f"too large to copy to float64 ({size:,} parameters; replay='all' replays it)"
+                return result
+            self._within.update(id(m) for m in module.modules())
         try:
             args, kwargs = rebuild(match.b.inputs, self._substitute(match, result))
         except Unreplayable as exc:
             result.problem = str(exc)
             return result
-        device = device_of(module)
+        device = self.device(module)
         result.device = str(device)
         args, kwargs = to_device(args, device), to_device(kwargs, device)
         try:
             out = _host(module(*args, **kwargs))
-            out64 = _host(_exact(module, torch.float64, args, kwargs))
+            out64 = _host(_exact(self.copies["port", torch.float64], module, args, kwargs))
         except Exception as exc:  # noqa: BLE001  (a module that cannot run on these inputs)
             result.problem = f"raised {type(exc).__name__}: {str(exc)[:120]}"
             return result
@@ -149,17 +190,17 @@ class Replayer:
         """Both live: the reference's module in float64 and float32 on its own recorded inputs; the port's in
         float32 on the same values."""
         assert self.reference is not None
-        module = find_module(self.reference, match.a.module_path)
+        module = self.module(self.reference, match.a.module_path)
         if module is None:
             result.notes.append(f"the reference has no module {match.a.module_path}: replayed from its files")
             return
         try:
-            a_args, a_kwargs = rebuild(match.a.inputs, self._own(result))
-            device = device_of(module)
+            a_args, a_kwargs = rebuild(match.a.inputs, self._own(match))
+            device = self.device(module)
             a_args, a_kwargs = to_device(a_args, device), to_device(a_kwargs, device)
-            ref64 = _first_float(_host(_exact(module, torch.float64, a_args, a_kwargs)))
-            ref32 = _first_float(_host(_exact(module, torch.float32, a_args, a_kwargs)))
-            port32 = _first_float(_host(_exact(port_module, torch.float32, args, kwargs)))
+            ref64 = _first_float(_host(_exact(self.copies["reference", torch.float64], module, a_args, a_kwargs)))
+            ref32 = _first_float(_host(_exact(self.copies["reference", torch.float32], module, a_args, a_kwargs)))
+            port32 = _first_float(_host(_exact(self.copies["port", torch.float32], port_module, args, kwargs)))
         except (Unreplayable, Exception) as exc:  # noqa: BLE001
             result.notes.append(f"the reference's module could not run: {type(exc).__name__}: {str(exc)[:120]}")
             return
@@ -172,9 +213,9 @@ class Replayer:
         if result.reference_own is None and result.output_tensor is not None:
             result.reference_own = _rms(result.output_tensor, ref64, self.valid)
 
-    def _own(self, result: Replayed):
+    def _own(self, match: Match):
         def own(arg: str, tensor: TensorValue) -> torch.Tensor:
-            loaded = self.flow_a.cache.load(tensor)
+            loaded = _load(self.flow_a, match.a, arg, tensor)
             if loaded is None:
                 raise Unreplayable(f"argument {arg} has no full tensor in the trace (use_repr=False)")
             return loaded.clone()
@@ -188,9 +229,9 @@ class Replayer:
         def substitute(arg: str, tensor: TensorValue) -> torch.Tensor:
             ref = mine.get(partner.get(arg, ""))
             if ref is not None:
-                loaded = self.flow_a.cache.load(ref)
+                loaded = _load(self.flow_a, match.a, partner[arg], ref)
             else:
-                loaded = self.flow_b.cache.load(tensor)
+                loaded = _load(self.flow_b, match.b, arg, tensor)
                 if is_float(tensor.dtype):
                     result.notes.append(f"{arg} has no partner in the reference: the port's own value was used")
             if loaded is None:
@@ -207,39 +248,71 @@ class Replayer:
         port_out, port64 = floats[0]
         shape = tuple(port_out.shape)
         candidates = [s for s in self.flow_a.call_output(result.a) if same_shape(s.tensor.shape, shape)]
-        loaded = [(s, t.reshape(shape)) for s in candidates if (t := self.flow_a.cache.load(s.tensor)) is not None]
+        loaded = [(s, t.reshape(shape)) for s in candidates
+                  if (t := self.flow_a.cache.load(s.source.tensor)) is not None]
         if not loaded:
             result.problem = "the reference recorded no output of this shape for this call"
             return
-        slot, ref = min(loaded, key=lambda item: relative(item[1], port64, self.valid))
-        result.ambiguous = any(not torch.equal(t, ref) for _, t in loaded)
-        if result.a.children and relative(ref, port64, self.valid) > _FAR:
+        slot, ref = loaded[0]
+        if len(loaded) > 1:  # the closest to port64(x): relative(candidate, port64) of each, in one pass
+            near = PairSums([port64, *(t for _, t in loaded)], [(i, 0) for i in range(1, len(loaded) + 1)], self.rows)
+            slot, ref = loaded[min(range(len(loaded)), key=lambda i: near.stats(i, 0.0).rel)]
+        result.ambiguous = any(t is not ref and not torch.equal(t, ref) for _, t in loaded)
+        u = _unit(ref.dtype, port_out.dtype)
+        # (ref, port), (ref, port64), (port64, port), (port64, port64 rounded to the port's dtype)
+        sums = PairSums([ref, port_out, port64, port64.to(port_out.dtype)], [(0, 1), (0, 2), (2, 1), (2, 3)],
+                        self.rows)
+        result.math = sums.stats(1, u)
+        if result.a.children and result.math.rel > _FAR:
             result.problem = "its output matches none of the reference's recorded tensors"
             return
         result.output = f"{slot.node.module_path} {slot.io} {slot.arg}"
         result.output_tensor = ref
-        u = unit_roundoff(ref.dtype, port_out.dtype)
-        result.own = diff_stats(ref, port_out, self.valid, u)
-        result.math = diff_stats(ref, port64, self.valid, u)
-        result.rounding = diff_stats(port64, port_out, self.valid, u)
-        result.ideal = relative(port64, port64.to(port_out.dtype), self.valid)
-        result.numbers = _numbers(ref, port_out, self.valid)
+        result.own = sums.stats(0, u)
+        result.rounding = sums.stats(2, u)
+        one = sums.stats(3, u)
+        result.ideal = one.rel
+        result.numbers = sums.numbers(0)
         result.difference = result.math.rms
         result.port_own = result.rounding.rms
-        result.one = _rms(port64.to(port_out.dtype), port64, self.valid)
+        result.one = one.rms
         result.scale = result.math.norm if result.math.norm else _rms(port64, torch.zeros_like(port64), self.valid)
         if slot.io == "output" and slot.node is result.a:
             result.reference_own = getattr(measured.measured_of(result.a).get(slot.arg), "own", None)
 
 
-def _exact(module: nn.Module, dtype: torch.dtype, args: Any, kwargs: Any) -> Any:
-    """``module`` copied to ``dtype`` and run on ``args`` cast to it, with exact numerics (``exact.py``)."""
-    copied = float64_copy(module) if dtype is torch.float64 else copy_in(module, dtype)
+def _exact(copies: Copies, module: nn.Module, args: Any, kwargs: Any) -> Any:
+    """``module``'s copy in ``copies.dtype`` run on ``args`` cast to it, with exact numerics (``exact.py``)."""
+    copied = copies.of(module)
+    with exact_numerics():
+        return copied(*cast(args, copies.dtype), **cast(kwargs, copies.dtype))
+
+
+@contextlib.contextmanager
+def _older_objects_frozen() -> Iterator[None]:
+    """The objects that exist when replay starts (both traces, their data flows: millions) left out of the
+    garbage collector's scans while it runs (``gc.freeze``; undone afterwards, also when replay raises): each
+    full collection walked them all, some 3 s of a 20,000-call replay. A program that froze objects itself
+    is left as it is."""
+    if gc.get_freeze_count():
+        yield
+        return
+    gc.freeze()
     try:
-        with exact_numerics():
-            return copied(*cast(args, dtype), **cast(kwargs, dtype))
+        yield
     finally:
-        del copied
+        gc.unfreeze()
+
+
+@functools.lru_cache(maxsize=64)
+def _unit(a: torch.dtype, b: torch.dtype) -> float:
+    return unit_roundoff(a, b)
+
+
+def _load(flow: Flow, node: Node, arg: str, tensor: TensorValue) -> torch.Tensor | None:
+    """A recorded input, loaded from where its values first appeared in the trace (one load for every repeat)."""
+    slot = flow.slot(node, "input", arg)
+    return flow.cache.load(slot.source.tensor if slot is not None and slot.tensor is tensor else tensor)
 
 
 def _host(value: Any) -> list[torch.Tensor]:
@@ -259,20 +332,8 @@ def _rms(x: torch.Tensor, y: torch.Tensor, valid: torch.Tensor | None) -> float:
     return float(torch.where(finite, b - a, 0.0).norm()) / math.sqrt(count) if count else 0.0
 
 
-def _numbers(ref: torch.Tensor, out: torch.Tensor, valid: torch.Tensor | None) -> tuple[float, float, float | None]:
-    x, y = as_matrix(ref, valid).reshape(-1), as_matrix(out, valid).reshape(-1)
-    finite = torch.isfinite(x) & torch.isfinite(y)
-    x, y = x[finite], y[finite]
-    if x.numel() == 0:
-        return 0.0, 0.0, None
-    delta, scale = float((x - y).abs().max()), float(x.abs().max())
-    norms = float(x.norm() * y.norm())
-    cosine = max(-1.0, min(1.0, float(x @ y) / norms)) if norms > 0 else None
-    return delta, (delta / scale if scale > 0 else (0.0 if delta == 0 else math.inf)), cosine
-
-
-def _budget(port: nn.Module, nodes: list[Node]) -> float:
+def _budget(replayer: Replayer, nodes: list[Node]) -> float:
     """The most parameters a replayed module may hold: the largest layer block's (no limit without blocks)."""
-    sizes = [sum(p.numel() for p in m.parameters()) for node in nodes if node.is_layer_block
-             and (m := find_module(port, node.module_path)) is not None]
+    sizes = [replayer.size(m) for node in nodes if node.is_layer_block
+             and (m := replayer.module(replayer.port, node.module_path)) is not None]
     return max(sizes) if sizes else math.inf
