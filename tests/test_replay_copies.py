@@ -6,6 +6,7 @@ call's pairs measured in one pass give ``diff_stats``' numbers."""
 from __future__ import annotations
 
 import copy
+import types
 import math
 from itertools import chain
 
@@ -95,6 +96,7 @@ class _Stateful(nn.Module):
         self.register_buffer("steps", torch.zeros((), dtype=torch.int64))
         self.scale = torch.tensor(0.5)
         self.cache: dict[str, torch.Tensor] = {}
+        self.counter = types.SimpleNamespace(calls=0, seen=[])  # an object of another class holding state
         self.act = self.halve
 
     def halve(self, x: torch.Tensor) -> torch.Tensor:
@@ -102,6 +104,8 @@ class _Stateful(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self.cache["last"] = x
+        self.counter.calls += 1
+        self.counter.seen.append(x.dtype)
         self.steps += 1
         return self.act(self.tied(self.inner(x)))
 
@@ -118,6 +122,7 @@ def test_the_module_copy_computes_what_a_deep_copy_computes_and_shares_no_state(
     with torch.no_grad():
         assert torch.equal(copied(x), deep(x))
     assert live.cache == {} and int(live.steps) == 0 and int(copied.steps) == 1
+    assert live.counter.calls == 0 and live.counter.seen == [] and copied.counter.calls == 1
     assert live.inner.weight.dtype == torch.float32 and copied.scale is not live.scale
     after = {name: t for name, t in chain(live.state_dict().items(), [("scale", live.scale)])}
     assert all(torch.equal(before[name], after[name]) and before[name].dtype == after[name].dtype for name in before)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import enum
 import functools
 import types
 from collections import OrderedDict
@@ -67,9 +68,9 @@ def copy_in(module: nn.Module, dtype: torch.dtype) -> nn.Module:
     Built module by module rather than by ``copy.deepcopy`` (ten times its speed on a layer block): each module
     a new object of its class whose parameters, buffers and submodules are the copies (tied ones stay tied);
     other tensors in its attributes are cloned, dicts, lists and sets copied one level deep (what its
-    forward adds to them stays in the copy), methods bound to a module rebound to its copy, every other
-    attribute shared (configs, numbers, functions). A class with its own copy or pickle protocol is
-    deep-copied as before."""
+    forward adds to them stays in the copy), methods bound to a module rebound to its copy; numbers, strings,
+    dtypes, devices, functions and classes shared, any other object (a config, a cache) deep-copied as
+    ``deepcopy`` would. A class with its own copy or pickle protocol is deep-copied as before."""
     memo: dict[int, Any] = {}
     for tensor in chain(module.parameters(), module.buffers()):
         if tensor.is_floating_point():
@@ -113,10 +114,17 @@ def _attribute(value: Any, memo: dict[int, Any]) -> Any:
         return copy.copy(value)
     if isinstance(value, types.MethodType) and isinstance(value.__self__, nn.Module):
         return types.MethodType(value.__func__, _clone(value.__self__, memo))
-    return value
+    if isinstance(value, _SHARED) or isinstance(value, tuple) and all(isinstance(v, _SHARED) for v in value):
+        return value
+    if isinstance(value, nn.Module):
+        return _clone(value, memo)
+    return copy.deepcopy(value, memo)  # any other object (a config, a cache): the copy's own, as deepcopy made it
 
 
 _CONTAINERS = frozenset({dict, OrderedDict, list, set})
+#: what a copy may share with the original: values nothing can change, and code
+_SHARED = (int, float, complex, str, bytes, bool, type(None), enum.Enum, torch.dtype, torch.device, type,
+           types.FunctionType, types.BuiltinFunctionType, functools.partial)
 _PROTOCOL = ("__deepcopy__", "__copy__", "__getstate__", "__setstate__", "__reduce__", "__reduce_ex__")
 
 
