@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import TraceFormatError
-from .tensor_file import load_tensor, read_tensor_bytes
+from .tensor_file import load_tensor
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -175,13 +175,6 @@ class TensorValue:
         The file must be a regular file beside the trace: a link is not followed.
         """
         return load_tensor(self._checked_path())
-
-    def file_bytes(self) -> bytes:
-        """The content of the tensor's safetensors file (checked as ``load`` checks it)."""
-        path = self._checked_path()
-        if not path.is_file():
-            raise TraceFormatError(path, "safetensors file referenced by the trace is missing")
-        return read_tensor_bytes(path)
 
     def _checked_path(self) -> Path:
         where = self.base_dir or "."

@@ -1,8 +1,8 @@
 """Reading one tensor file of a trace (safetensors, the tensor under ``data``).
 
 ``load_tensor`` gives a torch tensor. A comparison reads tens of thousands of small
-files, where torch's per-tensor cost dominates, so ``read_tensor_bytes`` reads a file
-once (its bytes also give its fingerprint) and ``float64_values`` decodes those bytes
+files, where torch's per-tensor cost dominates, so ``open_plain_file`` and ``read_open_file``
+read a file once (its bytes also give its fingerprint) and ``float64_values`` decodes those bytes
 straight into a flat float64 numpy array, with the same values as
 ``load_tensor(path).to(torch.float64)``.
 """
@@ -45,22 +45,9 @@ def load_tensor(path: Path | None) -> torch.Tensor:
     return tensors["data"]
 
 
-def read_tensor_bytes(path: str | Path | None) -> bytes:
-    """The whole content of a tensor file (header and values)."""
-    if path is None:
-        raise TraceFormatError(path, "safetensors file referenced by the trace is missing")
-    try:
-        with open(path, "rb") as file:
-            return file.read()
-    except FileNotFoundError:
-        raise TraceFormatError(path, "safetensors file referenced by the trace is missing") from None
-    except OSError as exc:
-        raise TraceFormatError(path, f"cannot be read: {exc.strerror or exc}") from None
-
-
 def open_plain_file(location: str) -> tuple[int, os.stat_result] | None:
     """``(descriptor, status)`` of the plain file at ``location``, opened for reading without following a link;
-    None when it is no such file (missing, a link, a folder: ``TensorValue.file_bytes`` names why). The caller
+    None when it is no such file (missing, a link, a folder: ``TensorValue.load`` names why). The caller
     closes the descriptor."""
     try:
         fd = os.open(location, os.O_RDONLY | _NOFOLLOW)

@@ -29,11 +29,11 @@ import os
 from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING
 
 from ...core.node import Node, PrunedGap
 from ...core.tensor import TensorValue
-from ...core.tensor_file import float64_values, open_plain_file, read_open_file, read_tensor_bytes, tensor_from_bytes
+from ...core.tensor_file import float64_values, open_plain_file, read_open_file, tensor_from_bytes
 from ...errors import TraceFormatError
 from ...core.trace import Trace
 
@@ -84,8 +84,8 @@ class TensorCache:
             return None
         return float64_values(self.raw(tensor), tensor.location)
 
-    def raw(self, tensor: TensorValue, checked: bool = False) -> bytes:
-        """The content of a tensor's file (``checked``: known to be a plain file beside the trace).
+    def raw(self, tensor: TensorValue) -> bytes:
+        """The content of a tensor's file, which must be a plain file beside the trace (else TraceFormatError).
 
         Files are kept as first read until ``limit`` bytes are held, and then no more: a comparison reads a
         trace in call order twice (fingerprints, then values), where evicting the oldest would miss every time.
@@ -94,8 +94,11 @@ class TensorCache:
         found = self._raw.get(key)
         if found is not None:
             return found
-        # a missing, linked or foreign file raises TraceFormatError
-        data = read_tensor_bytes(tensor.location) if checked else tensor.file_bytes()
+        fd, info = _open(tensor)
+        try:
+            data = read_open_file(fd, info.st_size)
+        finally:
+            os.close(fd)
         self._keep(key, data)
         return data
 
@@ -124,11 +127,7 @@ class TensorCache:
     def _file_fingerprint(self, tensor: TensorValue, head: tuple) -> Hashable:
         """The hash of a tensor's file, read unless it is a hard link to a file hashed before (nbtrace links a
         repeated tensor); what is read stays in ``raw``'s store."""
-        location = tensor.location
-        opened = open_plain_file(location) if location is not None else None
-        if opened is None:
-            _refuse(tensor)
-        fd, info = opened
+        fd, info = _open(tensor)
         try:
             identity = (info.st_dev, info.st_ino, info.st_size) if info.st_nlink > 1 else None
             if identity is not None and identity in self._files:
@@ -143,10 +142,15 @@ class TensorCache:
         return found
 
 
-def _refuse(tensor: TensorValue) -> NoReturn:
-    """Raise TraceFormatError naming why a tensor's file could not be opened as a plain file beside the trace."""
-    tensor.file_bytes()
-    raise TraceFormatError(tensor.location, "is not a plain file")
+def _open(tensor: TensorValue) -> tuple[int, os.stat_result]:
+    """``(descriptor, status)`` of a tensor's file, opened as a plain file beside the trace, not following a
+    link; otherwise TraceFormatError naming why, as ``TensorValue.load`` names it. The caller closes it."""
+    location = tensor.location
+    opened = open_plain_file(location) if location is not None else None
+    if opened is None:
+        tensor.load()  # raises, naming the problem
+        raise TraceFormatError(location, "is not a plain file")
+    return opened
 
 
 @dataclass(eq=False, slots=True)

@@ -128,12 +128,11 @@ class TensorDiff:
 
 def diff_tensors(
     io: str, arg: str, b_arg: str, a: TensorValue, b: TensorValue, rtol: float | None, atol: float | None,
-    observe: Observer | None = None, full: FullMeasure | None = None,
+    full: FullMeasure | None = None,
 ) -> TensorDiff:
-    """Compare ``a`` (the reference) with ``b`` on the strongest basis both sides allow; ``observe`` is handed
-    the result and both full tensors as loaded (the noise-aware verdict measures them in the same pass).
-    ``full``, when given, measures a pair of full tensors instead (``full_pairs.FullPairs``: files read once,
-    numpy)."""
+    """Compare ``a`` (the reference) with ``b`` on the strongest basis both sides allow. ``full``, when given,
+    measures a pair of full tensors (``full_pairs.FullPairs``: files read once, numpy, the verdict's numbers in
+    the same pass); without it they are loaded with torch."""
     result = TensorDiff(io, arg, b_arg, a.shape, b.shape, short_dtype(a.dtype), short_dtype(b.dtype))
     if not same_shape(a.shape, b.shape):
         result.basis = "shape"
@@ -147,7 +146,7 @@ def diff_tensors(
         if full is not None:
             full(result, a, b)
         else:
-            measure_with_torch(result, a, b, observe)
+            measure_with_torch(result, a, b)
         return result
     exact = not (is_float(a.dtype) and is_float(b.dtype))
     a_values, b_values = printed_arrays(a, exact), printed_arrays(b, exact)
@@ -283,8 +282,7 @@ def relative_to(delta: float, scale: float) -> float:
 
 def _ulp(match: re.Match[str]) -> float:
     """One unit in the last printed digit of a number token."""
-    decimals, exponent = match.group(3), match.group(4)
-    return 10.0 ** ((int(exponent) if exponent else 0) - (len(decimals) if decimals else 0))
+    return _unit(match.group(4) or "", len(match.group(3) or ""))
 
 
 @functools.lru_cache(maxsize=4096)
