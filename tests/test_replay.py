@@ -118,3 +118,20 @@ def test_calls_that_cannot_be_replayed_fall_back_to_the_files(tmp_path):
     assert c.first_divergence is None and c.verdict == "unresolved" and c.unresolved[0] == case.bug.born
     assert c.replay.answered_by == "files" and f"replay cannot settle {case.bug.born}" in c.replay.note
     assert any("cannot be rebuilt" in why for why in c.replay.skipped.values())
+
+
+def test_the_recorded_inputs_go_where_the_port_lives(tmp_path):
+    """compare(folder, port) with the port on another device than the trace's CPU-loaded inputs: they are moved
+    to the port's first parameter's device (the meta device stands in for a GPU here; tests/test_on_cuda.py runs
+    it on one). A port without parameters gets them where they load."""
+    from nbtrace.core.load import load_trace
+    from nbtrace.diff.replay.live import top_level_inputs
+
+    model = torch.nn.Linear(4, 3)
+    with nbtrace.trace(model, debug_path=tmp_path / "a", use_repr=False):
+        model(torch.randn(2, 4))
+    recorded = load_trace(tmp_path / "a")
+    args, _ = top_level_inputs(recorded, torch.nn.Linear(4, 3, device="meta"))
+    assert args[0].device.type == "meta" and args[0].shape == (2, 4)
+    args, _ = top_level_inputs(recorded, torch.nn.ReLU())
+    assert args[0].device.type == "cpu"

@@ -246,4 +246,4 @@ def port(reference: LlamaForCausalLM, variant: str = "twice", bug: str | None = 
         plant(made)
     if bug is not None:
         BUGS[bug][0](made)
-    return made.eval()
+    return made.to(next(reference.parameters()).device).eval()  # modules put in place are made on the CPU

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from ..replay.callargs import Unreplayable, rebuild
+from ..replay.exact import device_of, to_device
 from ..measure.noise import UNIT_ROUNDOFF
 from ..replay.replay import find_module
 from .align import align_operations
@@ -63,13 +64,13 @@ def narrow_comparison(comparison: Comparison, reference: nn.Module | None = None
     port_module = find_module(port, first.b_node.module_path)
     if port_module is None:
         raise ValueError(f"narrow: the port has no module {first.b_node.module_path}")
-    try:
-        p_args, p_kwargs = _arguments(comparison, first.b_node, 1)
+    try:  # the recorded tensors load on the CPU: each side's arguments go where its module lives
+        p_args, p_kwargs = to_device(_arguments(comparison, first.b_node, 1), device_of(port_module))
         if reference is not None:
             ref_module = find_module(reference, first.module_path)
             if ref_module is None:
                 raise ValueError(f"narrow: the reference has no module {first.module_path}")
-            args, kwargs = _arguments(comparison, first.node, 0)
+            args, kwargs = to_device(_arguments(comparison, first.node, 0), device_of(ref_module))
     except Unreplayable as exc:
         raise ValueError(f"narrow: the inputs of {first.module_path} cannot be rebuilt: {exc}") from None
     if reference is None:
@@ -106,7 +107,7 @@ def narrow_port_only(port: nn.Module, args: tuple, kwargs: dict,
     if last is None or last.truth is None or not same:
         note = "only the port is live and the reference recorded no output of its shape to hold it against"
         return OperationDiff(None, got, None, None, note=note)
-    difference = min(relative_rms(last.truth, t.to(torch.float64)) for t in same)
+    difference = min(relative_rms(last.truth, t.to(last.truth.device, torch.float64)) for t in same)
     allowed = PRECISION_K * (last.error or 0.0) + PRECISION_FLOOR * u
     verdict = "differs" if not difference <= allowed else "agrees"
     note = (f"only the port is live: its {len(got)} operations ran beside their float64 twins; at the call's "

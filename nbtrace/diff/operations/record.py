@@ -90,8 +90,8 @@ class OperationRecord:
 
 def relative_rms(x: torch.Tensor, reference: torch.Tensor) -> float:
     """RMS of ``x - reference`` over their finite elements, relative to the RMS of ``reference`` (absolute
-    where that is 0)."""
-    a, b = x.detach().double().reshape(-1), reference.detach().double().reshape(-1)
+    where that is 0); ``reference`` is brought to ``x``'s device (a reference on the CPU, a port on a GPU)."""
+    a, b = x.detach().double().reshape(-1), reference.detach().to(x.device, torch.float64).reshape(-1)
     keep = torch.isfinite(a) & torch.isfinite(b)
     if not bool(keep.all()):
         if not bool(keep.any()):

@@ -26,7 +26,9 @@ def rms(x: torch.Tensor, limit: float = HUGE) -> float:
 
 
 def _difference(a: torch.Tensor, b: torch.Tensor, limit: float) -> float | None:
-    """Relative RMS difference of two flat tensors of one length; None when their masks differ."""
+    """Relative RMS difference of two flat tensors of one length (``b`` brought to ``a``'s device: a reference
+    on the CPU, a port on a GPU); None when their masks differ."""
+    b = b.to(a.device)
     keep_a, keep_b = _regular(a, limit), _regular(b, limit)
     if not torch.equal(keep_a, keep_b):
         return None

@@ -22,6 +22,7 @@ import time
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 import torch
@@ -53,13 +54,18 @@ class ReplayReport:
 
 def top_level_inputs(reference: Trace, port: nn.Module, inputs_map: Mapping[str, str] | None = None,
                      bound: bool = True) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """The reference's recorded top-level arguments, bound to the port's forward (``callargs.bind``: by name,
-    by position, ``inputs_map``), or as recorded when ``bound`` is False."""
+    """The reference's recorded top-level arguments, on the port's device (where its first parameter or buffer
+    lives: a reference traced on a GPU and a port on the CPU, or the other way round, both work), bound to the
+    port's forward (``callargs.bind``: by name, by position, ``inputs_map``), or as recorded when ``bound`` is
+    False."""
+    device = next((t.device for t in chain(port.parameters(), port.buffers())), None)
+
     def load(arg: str, tensor) -> torch.Tensor:
         if tensor.ref is None:
             raise ValueError(f"the reference's top-level input {arg} was recorded without its values: trace the "
                              "reference with use_repr=False to run a port on its inputs")
-        return tensor.load().clone()
+        loaded = tensor.load()
+        return loaded.clone() if device is None or loaded.device == device else loaded.to(device)
 
     try:
         args, kwargs = rebuild(reference.root.inputs, load)
