@@ -95,7 +95,12 @@ def test_the_readme_quotes_the_page(bench):
         small["transformers repr pruned"] / plain,
         (small["nbtrace safetensors pruned"] - plain) / alone,
     ]
-    assert len(quoted) == 3 and all(abs(q - x) <= 0.06 for q, x in zip(quoted, page)), (
-        f"README's 'Fast enough to leave on' quotes {quoted}; docs/performance.md's small case gives "
+    cpu, gpu = quoted[:3], quoted[3:]
+    assert len(cpu) == 3 and all(abs(q - x) <= 0.06 for q, x in zip(cpu, page)), (
+        f"README's 'Fast enough to leave on' quotes {cpu}; docs/performance.md's small case gives "
         f"{[round(x, 1) for x in page]} (nbtrace repr pruned, transformers repr pruned, safetensors: plain + x × alone)"
     )
+    # the GPU figures: the 1.3B row of the H100 table (repr pruned, transformers repr pruned)
+    row = next(line for line in PAGE.read_text().splitlines() if line.startswith("| 16 layers x 2048"))
+    cells = [float(c.strip().rstrip("x")) for c in row.strip("|").split("|")[2:]]
+    assert len(gpu) == 2 and abs(gpu[0] - cells[0]) <= 0.06 and abs(gpu[1] - cells[4]) <= 0.5, (gpu, cells)

@@ -179,7 +179,24 @@ def ops_per_tensor(model, inputs, scratch: Path, device: str) -> float:
     shutil.rmtree(scratch / "ops_warm", ignore_errors=True)
     shutil.rmtree(scratch / "ops", ignore_errors=True)
     tensors = sum(1 for node in rec.trace.nodes() for _ in node.tensors())
-    return (traced.count - plain.count) / tensors
+    return (traced.count - plain.count) / tensors, tensors
+
+
+def launch_seconds(device: str, hidden: int, tokens: int) -> float:
+    """What the host spends to launch one small reduction (``x.mean()`` of one activation): the floor of the cost
+    of each operation nbtrace adds, however little work the GPU does for it."""
+    x = torch.randn(1, tokens, hidden, device=device, dtype=torch.bfloat16 if device == "cuda" else torch.float32)
+    for _ in range(100):
+        x.mean()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    begin = time.perf_counter()
+    for _ in range(2000):
+        x.mean()
+    seconds = (time.perf_counter() - begin) / 2000
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return seconds
 
 
 def syncs(go: Callable[[], None], device: str) -> int | None:
@@ -213,8 +230,9 @@ def measure(size: Size, device: str, dtype: torch.dtype, rounds: int, scratch: P
     calls = runs(model, inputs, scratch)
     alone, file_bytes = save_alone(model, inputs, scratch)
     calls["save_file alone"] = alone
-    result = {"size": size, "medians": medians(calls, rounds, device), "bytes": file_bytes,
-              "ops": ops_per_tensor(model, inputs, scratch, device)}
+    ops, tensors = ops_per_tensor(model, inputs, scratch, device)
+    result = {"size": size, "medians": medians(calls, rounds, device), "bytes": file_bytes, "ops": ops,
+              "tensors": tensors, "launch": launch_seconds(device, size.hidden, size.tokens)}
     watched = ("plain", "nbtrace repr pruned", "nbtrace repr unpruned", "transformers repr pruned")
     result["syncs"] = {label: syncs(calls[label], device) for label in watched}
     result["peak"] = {label: peak_above(calls[label], device) for label in watched}
@@ -243,6 +261,11 @@ def table(results: list[dict], device: str) -> str:
                      f"({throughput:.0f} MiB/s); safetensors unpruned {m['nbtrace safetensors unpruned'] * 1000:.1f} "
                      f"ms against the goal plain + 1.2 x save_file = {floor * 1000:.1f} ms")
         lines.append(f"{size.label()}: aten operations per recorded tensor (repr unpruned): {result['ops']:.2f}")
+        launches = result["ops"] * result["tensors"] * result["launch"]
+        lines.append(f"{size.label()}: the host launches one reduction in {result['launch'] * 1e6:.1f} us; "
+                     f"{result['tensors']} recorded tensors x {result['ops']:.2f} operations = {launches * 1000:.1f} ms "
+                     f"of launches alone: repr unpruned cannot go below {(m['plain'] + launches) / m['plain']:.2f}x "
+                     "with torch's own reductions")
         syncs_, peaks = result["syncs"], result["peak"]
         lines.append(f"{size.label()}: syncs per forward: " + ", ".join(
             f"{label} {_cell(n)}" for label, n in syncs_.items()))
