@@ -24,7 +24,7 @@ calls inside it (``copies.py``: one copy per side and dtype held at a time, that
 module being replayed, dropped when replay leaves it: the peak is the float64 copy of the largest
 replayed module); a recorded tensor that is a repeat of an earlier one (a layer's output read as the
 next layer's input) is loaded once, from where it first appeared; a call's four tensor pairs are
-measured in one pass (``pair_sums.py``). ``scope`` limits what is replayed: ``"auto"`` every call
+measured in one pass (``measure/pair_sums.py``). ``scope`` limits what is replayed: ``"auto"`` every call
 whose module holds at most as many parameters as the largest layer block, ``"leaves"`` calls without
 children, ``"all"`` everything. The random number generators' states are restored afterwards.
 """
@@ -51,7 +51,7 @@ from ..measure import measured
 from ..measure.noise import DiffStats, as_matrix, unit_roundoff
 from .copies import Copies
 from .exact import cast, device_of, exact_numerics, to_device
-from .pair_sums import PairSums, Rows
+from ..measure.pair_sums import PairSums, Rows
 from ..measure.metrics import same_shape
 
 if TYPE_CHECKING:  # pragma: no cover

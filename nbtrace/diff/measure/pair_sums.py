@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..measure.noise import DiffStats, as_matrix
+from .noise import DiffStats, as_matrix
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
