@@ -31,17 +31,15 @@ children, ``"all"`` everything. The random number generators' states are restore
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import gc
 import math
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
+from ...core.collector import older_objects_frozen
 from ...core.dtypes import is_float
 from ...core.node import Node
 from ...core.tensor import TensorValue
@@ -122,7 +120,7 @@ class Replayer:
         self.copies = {(side, dtype): Copies(dtype) for side in ("port", "reference")
                        for dtype in (torch.float64, torch.float32)}
         try:
-            with torch.no_grad(), _older_objects_frozen():
+            with torch.no_grad(), older_objects_frozen():
                 return [self.replay(match) for match in self.matches]
         finally:
             for copies in self.copies.values():
@@ -286,22 +284,6 @@ def _exact(copies: Copies, module: nn.Module, args: Any, kwargs: Any) -> Any:
     copied = copies.of(module)
     with exact_numerics():
         return copied(*cast(args, copies.dtype), **cast(kwargs, copies.dtype))
-
-
-@contextlib.contextmanager
-def _older_objects_frozen() -> Iterator[None]:
-    """The objects that exist when replay starts (both traces, their data flows: millions) left out of the
-    garbage collector's scans while it runs (``gc.freeze``; undone afterwards, also when replay raises): each
-    full collection walked them all, some 3 s of a 20,000-call replay. A program that froze objects itself
-    is left as it is."""
-    if gc.get_freeze_count():
-        yield
-        return
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
 
 
 @functools.lru_cache(maxsize=64)
