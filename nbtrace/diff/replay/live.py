@@ -22,7 +22,6 @@ import time
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from itertools import chain
 from typing import Any
 
 import torch
@@ -33,6 +32,7 @@ from ...core.load import load_trace
 from ...core.trace import Trace
 from ..verdict.born import apply_verdict, replay_divergence
 from .callargs import Unreplayable, bind, rebuild
+from .exact import device_of
 from ..comparison import Comparison, compare
 from ..measure.noise import padding_rows
 from .replay import Replayer
@@ -54,18 +54,18 @@ class ReplayReport:
 
 def top_level_inputs(reference: Trace, port: nn.Module, inputs_map: Mapping[str, str] | None = None,
                      bound: bool = True) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """The reference's recorded top-level arguments, on the port's device (where its first parameter or buffer
-    lives: a reference traced on a GPU and a port on the CPU, or the other way round, both work), bound to the
+    """The reference's recorded top-level arguments, on the port's device (``device_of``: a reference traced on
+    a GPU and a port on the CPU, or the other way round, both work), bound to the
     port's forward (``callargs.bind``: by name, by position, ``inputs_map``), or as recorded when ``bound`` is
     False."""
-    device = next((t.device for t in chain(port.parameters(), port.buffers())), None)
+    device = device_of(port)
 
     def load(arg: str, tensor) -> torch.Tensor:
         if tensor.ref is None:
             raise ValueError(f"the reference's top-level input {arg} was recorded without its values: trace the "
                              "reference with use_repr=False to run a port on its inputs")
         loaded = tensor.load()
-        return loaded.clone() if device is None or loaded.device == device else loaded.to(device)
+        return loaded.clone() if loaded.device == device else loaded.to(device)
 
     try:
         args, kwargs = rebuild(reference.root.inputs, load)
