@@ -1,8 +1,11 @@
-"""benchmarks/gpu/bench_gpu.py runs: without a GPU it says so and exits 0; on a CPU, ``--small`` prints the table."""
+"""benchmarks/gpu/bench_gpu.py runs: without a GPU it says so and exits 0; on a CPU, ``--small`` prints the table.
+benchmarks/gpu/run_all.sh (a GPU session's one call) without a GPU says so, exits 0 and writes nothing."""
 
 from __future__ import annotations
 
 import importlib.util
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -35,5 +38,17 @@ def test_a_small_run_on_the_cpu_prints_the_table(capsys):
     out = capsys.readouterr().out
     assert "| model, tokens | plain | repr pruned | repr unpruned | safetensors pruned | safetensors unpruned" in out
     assert "| 2 layers x 64, 16 tokens |" in out
-    for line in ("save_file alone", "aten operations per recorded tensor", "syncs per forward", "peak memory"):
+    for line in ("save_file alone", "aten operations per recorded tensor", "launches one reduction", "syncs per forward",
+                 "peak memory"):
         assert line in out, line
+
+
+def test_run_all_without_a_gpu_says_so_and_writes_nothing(tmp_path):
+    env = {**os.environ, "OUT": str(tmp_path / "out"), "CUDA_VISIBLE_DEVICES": ""}
+    bin_dir = Path(sys.executable).parent  # its python3 is this interpreter's (a venv's, in CI)
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
+    done = subprocess.run(["bash", str(SCRIPT.with_name("run_all.sh"))], cwd=SCRIPT.parents[2], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "needs a CUDA GPU and found none" in done.stdout
+    assert not (tmp_path / "out").exists()
