@@ -52,3 +52,15 @@ def test_run_all_without_a_gpu_says_so_and_writes_nothing(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "needs a CUDA GPU and found none" in done.stdout
     assert not (tmp_path / "out").exists()
+
+
+def test_the_gpu_profile_without_a_gpu_says_so_and_exits_0(capsys, monkeypatch):
+    bench = _bench()  # profile_gpu imports bench_gpu from its folder
+    monkeypatch.setitem(sys.modules, "bench_gpu", bench)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the script puts its folder on the path: undone after
+    spec = importlib.util.spec_from_file_location("profile_gpu", SCRIPT.with_name("profile_gpu.py"))
+    profile = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(profile)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert profile.main([]) == 0
+    assert capsys.readouterr().out.strip() == bench.NEEDS_GPU
