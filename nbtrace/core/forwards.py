@@ -33,12 +33,14 @@ FORWARD_DIR = re.compile(r"^forward_(\d+)$")
 
 
 def forward_folders(folder: Path) -> dict[int, Path]:
-    """The ``forward_<i>/`` folders directly in ``folder``, by index."""
+    """The ``forward_<i>/`` folders directly in ``folder``, by index (one listing, the cheap test first: a trace
+    folder may hold 10^5 tensor files)."""
     found: dict[int, Path] = {}
-    for child in folder.iterdir():
-        match = FORWARD_DIR.match(child.name)
-        if match and child.is_dir() and not child.is_symlink():
-            found[int(match.group(1))] = child
+    for name in os.listdir(folder):
+        if name.startswith("forward_") and (match := FORWARD_DIR.match(name)):
+            child = folder / name
+            if child.is_dir() and not child.is_symlink():
+                found[int(match.group(1))] = child
     return found
 
 
