@@ -143,17 +143,6 @@ def as_matrix(x: torch.Tensor, valid_rows: torch.Tensor | None = None) -> torch.
     return x.reshape(-1, x.shape[-1])
 
 
-def relative(a: torch.Tensor, b: torch.Tensor, valid_rows: torch.Tensor | None = None) -> float:
-    """``‖b − a‖ / ‖a‖`` over finite, non-padding elements (inf when a is zero and b is not)."""
-    import torch
-
-    x, y = as_matrix(a, valid_rows), as_matrix(b, valid_rows)
-    finite = torch.isfinite(x) & torch.isfinite(y)
-    delta = float(torch.where(finite, y - x, 0.0).norm())
-    norm = float(torch.where(finite, x, 0.0).norm())
-    return delta / norm if norm > 0 else (0.0 if delta == 0 else math.inf)
-
-
 def diff_stats(a: torch.Tensor, b: torch.Tensor, valid_rows: torch.Tensor | None = None,
                u: float | None = None) -> DiffStats:
     """The numbers of ``b − a`` (same shape) over finite, non-padding elements; ``u`` defaults to the coarser

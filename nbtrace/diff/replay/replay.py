@@ -85,13 +85,17 @@ class Replayed:
     notes: list[str] = field(default_factory=list)
 
 
+def submodule_name(path: str) -> str:
+    """The name under the root of the module a trace path names ("" for the root: the path starts with the
+    root's class name; a call's " @n" suffix is left out)."""
+    path = path.split(" ", 1)[0]
+    return path.split(".", 1)[1] if "." in path else ""
+
+
 def find_module(model: nn.Module, path: str) -> nn.Module | None:
     """The submodule a trace path names (the path starts with the root's class name)."""
-    path = path.split(" ", 1)[0]
-    if "." not in path:
-        return model
     try:
-        return model.get_submodule(path.split(".", 1)[1])
+        return model.get_submodule(submodule_name(path))
     except AttributeError:
         return None
 
@@ -133,8 +137,7 @@ class Replayer:
         """``find_module``, from one walk of ``model``'s submodules (by every name they are registered under)."""
         if id(model) not in self._modules:
             self._modules[id(model)] = {name: m for name, m in model.named_modules(remove_duplicate=False)}
-        path = path.split(" ", 1)[0]
-        return self._modules[id(model)].get(path.split(".", 1)[1] if "." in path else "")
+        return self._modules[id(model)].get(submodule_name(path))
 
     def size(self, module: nn.Module) -> int:
         """How many parameters ``module`` holds, counted once."""
