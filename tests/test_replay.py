@@ -135,3 +135,52 @@ def test_the_recorded_inputs_go_where_the_port_lives(tmp_path):
     assert args[0].device.type == "meta" and args[0].shape == (2, 4)
     args, _ = top_level_inputs(recorded, torch.nn.ReLU())
     assert args[0].device.type == "cpu"
+
+
+class _Block(torch.nn.Module):
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self.norm, self.up, self.down = torch.nn.LayerNorm(size), torch.nn.Linear(size, 4 * size), torch.nn.Linear(4 * size, size)
+
+    def forward(self, x):
+        return x + self.down(torch.nn.functional.gelu(self.up(self.norm(x))))
+
+
+class _Stack(torch.nn.Module):
+    def __init__(self, layers: int, size: int = 16) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList([_Block(size) for _ in range(layers)])
+        self.head = torch.nn.Linear(size, 4)
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(x)
+
+
+@pytest.mark.parametrize("seed,layers", [(0, 4), (1, 3), (2, 6)])
+def test_a_pruned_reference_judges_no_layer_by_what_the_pruned_blocks_made(tmp_path, seed, layers):
+    """With the default do_prune_layers=True the layer blocks between the first and the last are not recorded:
+    what follows layer 0 in the trace is what the pruned blocks made, not layer 0's output. A faithful copy agrees;
+    a bug inside a pruned block is blamed on their parent, a bug in a kept layer is still named."""
+    import copy
+
+    torch.manual_seed(seed)
+    original = _Stack(layers).eval()
+    x = torch.randn(2, 8, 16)
+    with torch.no_grad(), nbtrace.trace(original, debug_path=tmp_path, use_repr=False):  # pruned: the default
+        original(x)
+    assert [n.module_path for n in nbtrace.load_trace(tmp_path).root.children] == ["_Stack.layers.0", f"_Stack.layers.{layers - 1}", "_Stack.head"]
+    c = nbtrace.compare(tmp_path, copy.deepcopy(original))
+    assert c.verdict == "agree" and c.method == "replay", c.summary()
+    for where, named in (("layers.1.up", "_Stack"), ("layers.0.up", "_Stack.layers.0.up")):
+        port = copy.deepcopy(original)
+        with torch.no_grad():
+            port.get_submodule(where).weight.mul_(1.01)
+        c = nbtrace.compare(tmp_path, port)
+        assert c.first_divergence is not None and c.first_divergence.module_path == named, c.summary()
+
+
+def test_a_pruned_reference_and_a_faithful_port_with_other_names_agree(tmp_path):
+    c = nbtrace.compare(trace_original(tmp_path, use_repr=False, prune=True), _port())
+    assert c.verdict == "agree" and c.method == "replay", c.summary()

@@ -243,12 +243,19 @@ class Flow:
 
     def call_output(self, node: Node) -> list[Slot]:
         """What a call returned, as recorded: a leaf's outputs; for a call with children, the tensors fresh at
-        the next event after it (its caller's next input) and its last child's outputs."""
+        the next event after it (its caller's next input) and its last child's outputs.
+
+        When pruning removed layer blocks right after the call, the next event holds what those blocks made,
+        not what the call returned, and the last child's outputs are all there is to offer: nothing recorded
+        tells whether the call handed them on unchanged, so none is offered (an empty list)."""
         recorded = self.slots(node, "output")
         if recorded:
             return recorded
         end = self.span[id(node)][1]
-        after = [s for s in self.events[end + 1].slots if s.origin is None] if end + 1 < len(self.events) else []
+        following = self.events[end + 1] if end + 1 < len(self.events) else None
+        if following is not None and following.io == "input" and id(following.node) in self._gaps:
+            return []
+        after = [s for s in following.slots if s.origin is None] if following is not None else []
         last = self.events[end - 1].slots if end > 0 and self.events[end - 1].io == "output" else []
         return after + [s for s in last if s.io == "output"]
 

@@ -17,7 +17,8 @@ Arguments are rebuilt from the port's own recorded call (names, printed non-tens
 float tensor without a partner stays the port's own (and is noted). A call whose arguments cannot be
 rebuilt, whose module is not found, or that raises, is listed with the reason. The reference's
 output of a call with children is not recorded: it is the tensor handed on right after it, or its
-last child's output, whichever is closest to ``T_b`` (``Flow.call_output``).
+last child's output, whichever is closest to ``T_b`` (``Flow.call_output``); none right before layer
+blocks that pruning removed (what follows there is what they made).
 
 Speed and memory: each module is copied to float64 once per comparison and its copy serves the
 calls inside it (``copies.py``: one copy per side and dtype held at a time, that of the outermost
