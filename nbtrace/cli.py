@@ -14,7 +14,7 @@ import os
 import re
 import shutil
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from .errors import TraceFormatError
@@ -54,6 +54,12 @@ def _demo(args: argparse.Namespace) -> int:
     from .demo import build_demo
     from .render.text import format_tree
 
+    from .capture.write import prepare_debug_dir
+
+    try:
+        prepare_debug_dir(args.out)  # a folder that cannot be written is the user's input, named in one line
+    except ValueError as exc:
+        raise InputError(f"-o {args.out}", str(exc).split(" ", 1)[1]) from None
     model, inputs = build_demo(num_layers=args.layers)
     with trace(model, debug_path=args.out, do_prune_layers=not args.no_prune, use_repr=not args.safetensors) as rec:
         with torch.no_grad():
@@ -263,15 +269,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = commands.add_parser("demo", help="trace the built-in demo model and print its tree")
     demo.add_argument("-o", "--out", default="nbtrace_demo", help="folder for the trace files (default: nbtrace_demo)")
-    demo.add_argument("--layers", type=int, default=4, help="number of decoder layers (default: 4)")
-    demo.add_argument("--depth", type=int, default=None, help="print the tree this deep only")
+    demo.add_argument("--layers", type=_at_least(1), default=4, help="number of decoder layers (default: 4)")
+    demo.add_argument("--depth", type=_at_least(0), default=None, help="print the tree this deep only")
     demo.add_argument("--no-prune", action="store_true", help="keep every layer block in the files")
     demo.add_argument("--safetensors", action="store_true", help="store full tensors as safetensors files")
     demo.set_defaults(run=_demo)
 
     show = commands.add_parser("show", help="print a trace file or folder as a tree")
     show.add_argument("path", help="a *_debug_tree_*.json file or the folder holding one")
-    show.add_argument("--depth", type=int, default=None, help="print the tree this deep only")
+    show.add_argument("--depth", type=_at_least(0), default=None, help="print the tree this deep only")
     show.add_argument("--filter", default=None, help="only calls whose path contains this text")
     show.add_argument("--rank", type=int, default=None, help="in a folder of rank_<r> folders: show this rank's trace")
     show.add_argument("--step", type=int, default=None,
@@ -297,7 +303,7 @@ def build_parser() -> argparse.ArgumentParser:
                            "the dtype's rounding, printed values by a tolerance per dtype)")
     diff.add_argument("--atol", type=float, default=None, help="absolute tolerance (given: per-element judgement)")
     diff.add_argument("--ignore", metavar="REGEX", help="do not compare tensors whose argument name matches")
-    diff.add_argument("--rows", type=int, default=30, help="table rows to print (default: 30)")
+    diff.add_argument("--rows", type=_at_least(1), default=30, help="table rows to print (default: 30)")
     diff.add_argument("--rank", type=int, default=None,
                       help="two folders of rank_<r> folders (two tensor-parallel runs): compare this rank of each")
     diff.set_defaults(run=_diff)
@@ -312,7 +318,7 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("--scale", default="auto", choices=("auto", "log", "linear"), help="y scale (default: auto)")
     plot.add_argument("--width", type=float, default=8.0, help="figure width in inches")
     plot.add_argument("--height", type=float, default=4.5, help="figure height in inches")
-    plot.add_argument("--dpi", type=int, default=120)
+    plot.add_argument("--dpi", type=_at_least(1), default=120)
     plot.set_defaults(run=_plot)
 
     page = commands.add_parser(
@@ -328,6 +334,19 @@ def build_parser() -> argparse.ArgumentParser:
     page.add_argument("--step", type=int, default=None, help="for several forwards: the step the page opens on")
     page.set_defaults(run=_html)
     return parser
+
+
+def _at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse type: a whole number no smaller than ``minimum`` (argparse names the option when it is not)."""
+    def parse(text: str) -> int:
+        try:
+            number = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if number < minimum:
+            raise argparse.ArgumentTypeError(f"{number} is less than {minimum}")
+        return number
+    return parse
 
 
 def main(argv: Sequence[str] | None = None) -> int:

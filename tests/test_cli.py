@@ -115,6 +115,19 @@ def test_bad_input_in_process(files, tmp_path, capsys):
     check(["plot", str(files / "original"), "-o", str(tmp_path / "no" / "dir.png")], "dir.png")
     check(["plot", str(files / "original"), "-o", str(tmp_path / "x.unknown")], "x.unknown")
     check(["plot", str(files / "original"), "-o", str(tmp_path / "x.png"), "--where", "("], "--where")
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    check(["demo", "-o", str(a_file)], "a_file")  # the output folder is a file: one line, not a traceback
+
+
+@pytest.mark.parametrize("args", [["demo", "--layers", "-1"], ["demo", "--depth", "-1"], ["show", ".", "--depth", "-2"],
+                                  ["diff", ".", ".", "--rows", "0"], ["plot", ".", "-o", "x.png", "--dpi", "0"]])
+def test_counts_below_their_least_are_refused_by_name(args, capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(args)
+    assert exited.value.code == 2
+    option = next(a for a in args if a.startswith("--"))
+    assert f"argument {option}:" in capsys.readouterr().err
 
 
 def test_plot_writes_an_image_atomically(files, tmp_path):
