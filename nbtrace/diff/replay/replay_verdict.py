@@ -56,12 +56,18 @@ def with_fallback(replayed: Verdict, results: list[Replayed], files: Verdict) ->
     """Replay's answer, or the files' where replay could not run the call the files name (or a call holding it)
     and replay found nothing earlier; returns the verdict and a note saying which answered, if the files did."""
     by_node = {id(r.a): r for r in results}
-    if files.state == "unresolved" and files.finding is not None and replayed.state == "rounding":
-        held = by_node.get(id(files.finding.node))
-        if held is None or held.problem is not None or held.ambiguous:
+    if files.state == "unresolved" and files.finding is not None and replayed.state in ("rounding", "diverge"):
+        node = files.finding.node
+        held = by_node.get(id(node))
+        answer = replayed.finding.node if replayed.finding is not None else None
+        later = answer is not None and not _inside(answer, node) and _before(node, answer)
+        if (held is None or held.problem is not None or held.ambiguous) and (answer is None or later):
             why = ("its output was not recorded and the tensors that may be it disagree" if held is not None
                    and held.problem is None else (held.problem if held is not None else "it was not replayed"))
-            return files, f"replay cannot settle {files.finding.node.module_path} ({why})"
+            note = f"replay cannot settle {node.module_path} ({why})"
+            if later:  # what replay flags after it may be its own bug, or the same bug again: the earlier one first
+                note += f"; replay flags {answer.module_path}, which runs after it"
+            return files, note
     if files.state != "diverge" or files.finding is None:
         return replayed, None
     node = files.finding.node
@@ -79,3 +85,21 @@ def with_fallback(replayed: Verdict, results: list[Replayed], files: Verdict) ->
     if answer is not None and answer in chain:
         note += f"; replay narrows the difference down to {answer.module_path}, the files name {node.module_path}"
     return files, note + ": this is the verdict from the trace files"
+
+
+def _inside(node, outer) -> bool:
+    """True when ``node`` is ``outer`` or runs inside it."""
+    return node is outer or any(a is outer for a in node.ancestors())
+
+
+def _before(first, second) -> bool:
+    """True when the call ``first`` starts before the call ``second`` (call order of their trace)."""
+    root = first
+    while root.parent is not None:
+        root = root.parent
+    for node in root.walk():
+        if node is first:
+            return True
+        if node is second:
+            return False
+    return False
