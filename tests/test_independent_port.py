@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import nbtrace
-from tests.models.independent_llama_port import P, build_ref, port_from
+from tests.models.independent_llama_port import P, AutocastPort, build_ref, port_from
 
 
 def _ids(seed: int) -> torch.Tensor:
@@ -41,3 +41,44 @@ def test_the_correct_port_agrees(tmp_path, seed, size, opts):
     reference = _reference(tmp_path, seed, size)
     c = _replayed(tmp_path, port_from(reference, opts))
     assert c.verdict == "agree", c.summary()
+
+
+def _autocast_port(reference, opts=None):
+    """The port with float32 weights (the reference's, widened), its reference back in bfloat16."""
+    port = port_from(reference.float(), opts or {})
+    reference.to(torch.bfloat16)
+    return port
+
+
+@pytest.mark.parametrize("seed,size", [(0, 128), (7, 64)])
+def test_a_port_run_under_autocast_is_replayed_under_it(tmp_path, seed, size):
+    """float32 weights under bfloat16 autocast against a bfloat16 reference: each call is replayed under the
+    autocast it ran under (its own rounding is then bfloat16's), whether the autocast is set inside the port's
+    forward or around the call; a bug beside it is still named."""
+    torch.set_num_threads(1)
+    reference = _reference(tmp_path / "a", seed, size, torch.bfloat16)
+    inside = AutocastPort(_autocast_port(reference))
+    assert _replayed(tmp_path / "a", inside).verdict == "agree"
+
+    def around(port, input_ids, **kw):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return port(input_ids)
+
+    c = nbtrace.compare(tmp_path / "a", _autocast_port(reference), call=around)
+    assert c.verdict == "agree", c.summary()
+    c = nbtrace.compare(tmp_path / "a", _autocast_port(reference, {"bug": "transpose"}), call=around)
+    assert c.first_divergence is not None and c.first_divergence.module_path == f"{P}.layers.1.self_attn.o_proj"
+    assert torch.get_autocast_dtype("cpu") is not None and not torch.is_autocast_enabled("cpu")
+
+
+def test_each_call_knows_the_autocast_it_ran_under(tmp_path):
+    reference = build_ref(64, 0, torch.float32)
+    port = AutocastPort(port_from(reference, {}))
+    with torch.no_grad(), nbtrace.trace(port, debug_path=tmp_path / "port", use_repr=False) as rec:
+        port(_ids(0))
+    states = {node.module_path: node.autocast for node in rec.trace.nodes()}
+    assert states["AutocastPort"] is None  # the autocast starts inside its forward
+    assert states["AutocastPort.inner.blocks.0.attn.q"] == ("cpu", torch.bfloat16)
+    with torch.no_grad(), nbtrace.trace(reference, debug_path=tmp_path / "plain", use_repr=False) as rec:
+        reference(input_ids=_ids(0), use_cache=False)
+    assert {node.autocast for node in rec.trace.nodes()} == {None}

@@ -40,6 +40,8 @@ class Recorded:
         self.generation = generation
         self._trace: Trace | None = None
         self._weak: weakref.ref[Trace] | None = None
+        #: id(call's dict) -> the autocast it ran under, for calls that ran under one (``Node.autocast``)
+        self.autocast: dict[int, Any] = {}
 
     def durations_in_order(self) -> list[float | None]:
         """Each call's duration, in call order."""
@@ -62,8 +64,9 @@ class Recorded:
         trace = Trace.from_tree(self.tree, kind="full", source=self.source, base_dir=self.base_dir)
         for raw, node in zip(walk_dicts(self.tree), trace.nodes()):
             node.duration = self.durations.get(id(raw))
+            node.autocast = self.autocast.get(id(raw))
         trace.sidecar = self.sidecar
-        self._trace, self.tree, self.durations = trace, None, {}
+        self._trace, self.tree, self.durations, self.autocast = trace, None, {}, {}
         return trace
 
     def moved_to(self, destination: Path) -> None:
@@ -86,6 +89,7 @@ class Recorded:
         if self._trace is not None:
             self._weak = weakref.ref(self._trace)
         self._trace, self.tree, self.durations, self.sidecar, self.generation = None, None, {}, {}, None
+        self.autocast = {}
 
 
 class RecordedTraces(Sequence[Trace]):

@@ -38,6 +38,21 @@ from .writer import drop_refs
 
 _MAX_ERROR_MESSAGE = 2000
 _set_grad_enabled = torch._C._set_grad_enabled
+_any_autocast = getattr(torch._C, "_is_any_autocast_enabled", lambda: False)
+_AUTOCAST_DEVICES = ("cuda", "cpu", "xpu", "mps", "hpu")
+
+
+def autocast_state() -> tuple[str, torch.dtype] | None:
+    """``(device type, dtype)`` of the autocast in effect now, or None (one cheap check when there is none)."""
+    if not _any_autocast():
+        return None
+    for device in _AUTOCAST_DEVICES:
+        try:
+            if torch.is_autocast_enabled(device):
+                return device, torch.get_autocast_dtype(device)
+        except (RuntimeError, TypeError):  # a device type this torch does not know
+            continue
+    return None
 
 
 def error_record(exc: BaseException) -> dict[str, str]:
@@ -117,6 +132,8 @@ class Recorder:
         else:
             inputs = {"args": args} if args else {}
         node = run.open(site, inputs, f"{base}_inputs")
+        if _any_autocast():  # replay runs this call again as it ran (diff/replay)
+            run.autocast[id(node)] = autocast_state()
         grad = torch.is_grad_enabled()
         _set_grad_enabled(False)  # torch.no_grad(), without the cost of a context manager per call
         try:
@@ -145,6 +162,8 @@ class Recorder:
         name = self.class_name
         try:
             node = run.open(self._top_site, {"args": args, "kwargs": kwargs}, f"{name}_inputs")
+            if _any_autocast():
+                run.autocast[id(node)] = autocast_state()
             probe = GenerationProbe.start(args, kwargs)
             measures = self.rounding.start(run, args, kwargs) if self.rounding is not None else None
             try:
@@ -227,11 +246,14 @@ class Recorder:
                 root[key] = top[key]
         failed_before, failed = failed, failed or lost is not None
         run.durations[id(root)] = run.durations.get(id(top))
+        if id(top) in run.autocast:
+            run.autocast[id(root)] = run.autocast[id(top)]
         parameters = self._fingerprint_parameters(run)
         removed = prune_intermediate_layers(root) if self.do_prune_layers else []
         prune_outputs_of_parents(root)
         index = len(self._recorded)
         recorded = Recorded(index, root, None, run.store.folder, run.durations, run.sidecar, None)
+        recorded.autocast = run.autocast
         try:
             # The forward's one transfer: every record gets its lines and stats, and the sidecar its numbers.
             run.serialize.finish()
@@ -300,6 +322,8 @@ class _ForwardRun:
         self.layouts: ShardLayouts | None = None
         #: the rounding measured in this forward (``measure_rounding``), None when off
         self.rounding: Measures | None = None
+        #: id(call's dict) -> (device type, dtype) of the autocast it ran under (calls under none are left out)
+        self.autocast: dict[int, tuple[str, torch.dtype] | None] = {}
 
     def record(self, node: dict[str, Any], key: str, value: Any, name: str) -> None:
         """Serialize ``value`` into ``node[key]``, or hold it if its layer block may be pruned."""

@@ -23,8 +23,8 @@ class Node:
 
     ``inputs``/``outputs`` keep the nesting of the format (dicts and lists) with
     TensorValue leaves and strings for everything else; ``outputs`` is None when
-    the format prunes them (a node with children). ``duration`` (seconds) exists
-    only on traces just recorded. ``measured`` holds the rounding measured per output
+    the format prunes them (a node with children). ``duration`` (seconds) and
+    ``autocast`` exist only on traces just recorded. ``measured`` holds the rounding measured per output
     place when the trace was recorded with ``measure_rounding`` (``core/measured.py``).
     """
 
@@ -39,6 +39,7 @@ class Node:
         "error",
         "call_index",
         "duration",
+        "autocast",
         "measured",
         "_keys",
         "_tensors",
@@ -55,6 +56,8 @@ class Node:
         self.error: dict[str, str] | None = None
         self.call_index = 0
         self.duration: float | None = None
+        #: (device type, dtype) of the autocast the call ran under, on traces just recorded; None: none (or unknown)
+        self.autocast: tuple[str, Any] | None = None
         #: place -> Measured: the rounding measured as it was recorded (``core/measured.py``); {} when not measured
         self.measured: dict[str, Any] = {}
         self._keys: tuple[str, ...] = ("module_path",)

@@ -133,7 +133,8 @@ def _plain(cls: type) -> bool:
 def exact_numerics() -> Iterator[None]:
     """TF32 off (float32 matmul precision "highest", cuDNN's TF32 flag off) and the math attention backend while
     the block runs; every flag restored afterwards, also when the block raises. Where a program mixed torch's
-    legacy and new TF32 settings (torch then refuses to report the precision), the legacy flag is saved instead."""
+    legacy and new TF32 settings (torch then refuses to report the precision), the legacy flag is saved instead.
+    Autocast is off inside (``_no_autocast``)."""
     try:
         precision: str | None = torch.get_float32_matmul_precision()
     except RuntimeError:
@@ -145,7 +146,7 @@ def exact_numerics() -> Iterator[None]:
         else:
             torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
-        with _math_attention():
+        with _math_attention(), _no_autocast():
             yield
     finally:
         if precision is not None:
@@ -153,6 +154,17 @@ def exact_numerics() -> Iterator[None]:
         else:
             torch.backends.cuda.matmul.allow_tf32 = matmul
         torch.backends.cudnn.allow_tf32 = cudnn
+
+
+def _no_autocast() -> contextlib.ExitStack:
+    """Autocast off on the CPU and CUDA (a replay inside a port's autocast must not round its float64 run)."""
+    stack = contextlib.ExitStack()
+    for device in ("cpu", "cuda"):
+        try:
+            stack.enter_context(torch.autocast(device, enabled=False))
+        except RuntimeError:  # pragma: no cover  (a build without that device type)
+            continue
+    return stack
 
 
 def _math_attention() -> contextlib.AbstractContextManager[None]:

@@ -32,6 +32,7 @@ children, ``"all"`` everything. The random number generators' states are restore
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 from dataclasses import dataclass, field
@@ -177,7 +178,8 @@ class Replayer:
         result.device = str(device)
         args, kwargs = to_device(args, device), to_device(kwargs, device)
         try:
-            out = _host(module(*args, **kwargs))
+            with _as_recorded(match.b.autocast):  # a port run under autocast is replayed under it
+                out = _host(module(*args, **kwargs))
             out64 = _host(_exact(self.copies["port", torch.float64], module, args, kwargs))
         except Exception as exc:  # noqa: BLE001  (a module that cannot run on these inputs)
             result.problem = f"raised {type(exc).__name__}: {str(exc)[:120]}"
@@ -281,6 +283,13 @@ class Replayer:
         result.scale = result.math.norm if result.math.norm else _rms(port64, torch.zeros_like(port64), self.valid)
         if slot.io == "output" and slot.node is result.a:
             result.reference_own = getattr(measured.measured_of(result.a).get(slot.arg), "own", None)
+
+
+def _as_recorded(autocast: tuple[str, torch.dtype] | None) -> contextlib.AbstractContextManager[Any]:
+    """The autocast a call ran under when it was traced (``Node.autocast``), or nothing."""
+    if autocast is None:
+        return contextlib.nullcontext()
+    return torch.autocast(autocast[0], dtype=autocast[1])
 
 
 def _exact(copies: Copies, module: nn.Module, args: Any, kwargs: Any) -> Any:
