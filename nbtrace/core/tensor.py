@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import TraceFormatError
+from .dtypes import dtype_kind
 from .tensor_file import load_tensor
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -67,7 +68,7 @@ class TensorValue:
     (transformers writes them for float16/bfloat16/float32 only).
     """
 
-    __slots__ = ("shape", "dtype", "value", "stats", "base_dir", "_has_value", "_numbers", "_path")
+    __slots__ = ("shape", "dtype", "value", "stats", "base_dir", "_has_value", "_numbers", "_path", "_in_file")
 
     def __init__(
         self,
@@ -86,6 +87,7 @@ class TensorValue:
         self._has_value = value is not None if has_value is None else has_value
         self._numbers: tuple[float | None, ...] | None = None  # the stats parsed, when first asked
         self._path: tuple[str | None, Path | None, str | None] | None = None  # (ref, base_dir, location) last found
+        self._in_file: tuple[bool, bool] | None = None  # (a NaN or inf, a NaN) in the file, when it was read for it
 
     def _stat(self, index: int) -> float | None:
         if self._numbers is None:
@@ -159,7 +161,9 @@ class TensorValue:
             if self.std is not None and not math.isfinite(self.std) and self.numel > 1:
                 return True
         lines = self.lines
-        return bool(lines) and any(_NONFINITE_TOKEN.search(line) for line in lines)
+        if lines:
+            return any(_NONFINITE_TOKEN.search(line) for line in lines)
+        return self._file_nonfinite()[0]
 
     @property
     def has_nan(self) -> bool:
@@ -167,7 +171,28 @@ class TensorValue:
         if (self.min is not None and math.isnan(self.min)) or (self.max is not None and math.isnan(self.max)):
             return True
         lines = self.lines
-        return bool(lines) and any(_NAN_TOKEN.search(line) for line in lines)
+        if lines:
+            return any(_NAN_TOKEN.search(line) for line in lines)
+        return self._file_nonfinite()[1]
+
+    def _file_nonfinite(self) -> tuple[bool, bool]:
+        """``(a NaN or inf, a NaN)`` read from the tensor's file, for a float tensor whose record has no stats
+        (the format writes none for float64 and complex); ``(False, False)`` otherwise, or when the file cannot
+        be read (loading it names why). Read once."""
+        if self._in_file is not None:
+            return self._in_file
+        found = (False, False)
+        if self.ref is not None and not self.stats and dtype_kind(self.dtype) in ("float", "complex"):
+            try:
+                values = self.load()
+            except TraceFormatError:
+                values = None
+            if values is not None and values.numel():
+                import torch
+
+                found = (not bool(torch.isfinite(values).all()), bool(torch.isnan(values).any()))
+        self._in_file = found
+        return found
 
     def load(self) -> torch.Tensor:
         """Read the full tensor from its safetensors file (only when the trace has one).
