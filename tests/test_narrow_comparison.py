@@ -61,6 +61,18 @@ def test_only_the_port_live_says_how_far_it_narrows(tmp_path):
     assert set(diff.to_dataframe().side) == {"port"}
 
 
+def test_both_modules_live_narrow_with_the_reference_without_being_told(tmp_path):
+    """compare(original, port, inputs=x) holds both modules: narrow(c) runs both, as narrow(c, reference=...)
+    does."""
+    torch.manual_seed(0)
+    original = nn.Sequential(*[Block() for _ in range(2)]).eval()
+    port = nn.Sequential(*[PortedBlock() for _ in range(2)]).eval()
+    port.load_state_dict(original.state_dict())
+    c = nbtrace.compare(original, port, inputs=torch.randn(2, 8, 16))
+    first = nbtrace.narrow(c).first
+    assert first.port.name == "gelu" and first.reference.name == "gelu" and first.reference.source.file == __file__
+
+
 def test_a_comparison_without_a_live_port_asks_for_one(tmp_path):
     # both folders measure their rounding: from unmeasured files the verdict stops at "unresolved" and names no
     # call to narrow

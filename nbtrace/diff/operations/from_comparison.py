@@ -57,6 +57,8 @@ def narrow_comparison(comparison: Comparison, reference: nn.Module | None = None
     if first is None:
         return None
     port = port if port is not None else getattr(comparison, "live_port", None)
+    if reference is None:  # compare(reference_module, port_module, inputs=...): the reference is live too
+        reference = getattr(comparison, "live_reference", None)
     if port is None:
         raise ValueError("narrow: the port is not live: pass port=<the port module> (or compare(a, port_module))")
     if first.b_node is None:
