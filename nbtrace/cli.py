@@ -54,12 +54,12 @@ def _demo(args: argparse.Namespace) -> int:
     from .demo import build_demo
     from .render.text import format_tree
 
-    from .capture.write import prepare_debug_dir
+    from .capture.debug_folder import prepare_debug_dir
 
     try:
         prepare_debug_dir(args.out)  # a folder that cannot be written is the user's input, named in one line
     except ValueError as exc:
-        raise InputError(f"-o {args.out}", str(exc).split(" ", 1)[1]) from None
+        raise InputError(f"-o {args.out}", getattr(exc, "problem", str(exc))) from None
     model, inputs = build_demo(num_layers=args.layers)
     with trace(model, debug_path=args.out, do_prune_layers=not args.no_prune, use_repr=not args.safetensors) as rec:
         with torch.no_grad():

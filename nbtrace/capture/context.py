@@ -24,7 +24,7 @@ from .ranks import Ranks, plan_ranks
 from .recorder import Recorder
 from .rounding import RoundingMeter, check_mode
 from .speculate import Site, named_modules
-from .write import prepare_debug_dir
+from .debug_folder import prepare_debug_dir
 
 
 class _Patch:

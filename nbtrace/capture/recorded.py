@@ -30,6 +30,7 @@ class Recorded:
         durations: dict[int, float | None],
         sidecar: dict[str, Any],
         generation: dict[str, Any] | None,
+        autocast: dict[int, Any] | None = None,
     ) -> None:
         self.index = index
         self.tree: dict[str, Any] | None = tree
@@ -41,7 +42,7 @@ class Recorded:
         self._trace: Trace | None = None
         self._weak: weakref.ref[Trace] | None = None
         #: id(call's dict) -> the autocast it ran under, for calls that ran under one (``Node.autocast``)
-        self.autocast: dict[int, Any] = {}
+        self.autocast: dict[int, Any] = autocast or {}
 
     def durations_in_order(self) -> list[float | None]:
         """Each call's duration, in call order."""

@@ -252,8 +252,7 @@ class Recorder:
         removed = prune_intermediate_layers(root) if self.do_prune_layers else []
         prune_outputs_of_parents(root)
         index = len(self._recorded)
-        recorded = Recorded(index, root, None, run.store.folder, run.durations, run.sidecar, None)
-        recorded.autocast = run.autocast
+        recorded = Recorded(index, root, None, run.store.folder, run.durations, run.sidecar, None, run.autocast)
         try:
             # The forward's one transfer: every record gets its lines and stats, and the sidecar its numbers.
             run.serialize.finish()

@@ -25,34 +25,6 @@ _UNSAFE = {"/": "%2F", "\\": "%5C", "\0": "%00"}
 _MAX_NAME_BYTES = 200
 
 
-def prepare_debug_dir(debug_path: str | os.PathLike | None) -> Path:
-    """Create ``debug_path`` if needed and prove it is writable; a clear ValueError otherwise."""
-    target = Path(debug_path) if debug_path else Path(".")
-    created = False
-    try:
-        if not target.is_dir():
-            target.mkdir(parents=True)
-            created = True
-    except FileExistsError:
-        pass
-    except OSError as exc:
-        raise ValueError(f"debug_path={str(debug_path)!r} cannot be used as a folder: {exc.strerror or exc}") from exc
-    if not target.is_dir():
-        raise ValueError(f"debug_path={str(debug_path)!r} is not a folder")
-    if created:  # a folder of our own, empty: its permissions say whether it is writable
-        if not os.access(target, os.W_OK | os.X_OK):
-            raise ValueError(f"debug_path={str(debug_path)!r} is not writable: Permission denied")
-        return target.resolve()
-    probe = target / f".nbtrace-write-check-{os.getpid()}"
-    try:
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as exc:
-        raise ValueError(f"debug_path={str(debug_path)!r} is not writable: {exc.strerror or exc}") from exc
-    remove_stale_temp_files(target)
-    return target.resolve()
-
-
 def _temp_name(name: str) -> str:
     """The hidden temporary name a file is written under before it is moved into place.
 

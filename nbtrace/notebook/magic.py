@@ -46,7 +46,7 @@ class _Capture:
 
     def start(self, model: Any) -> None:
         from ..capture.context import trace
-        from ..capture.write import prepare_debug_dir
+        from ..capture.debug_folder import prepare_debug_dir
 
         folder = self.folder if self.folder is not None else default_folder(model)
         self.model = model
@@ -54,7 +54,7 @@ class _Capture:
             prepare_debug_dir(folder)
         except ValueError as exc:
             option = "-o" if self.folder is not None else "the default folder"
-            problem = str(exc).replace(f"debug_path={str(folder)!r} ", "")
+            problem = getattr(exc, "problem", str(exc))
             raise UsageError(f"%%modeltrace: {option} {str(folder)!r} {problem}") from None
         self.recorder = self._stack.enter_context(trace(model, folder, self.prune, self.use_repr))
 

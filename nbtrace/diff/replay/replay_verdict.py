@@ -60,7 +60,7 @@ def with_fallback(replayed: Verdict, results: list[Replayed], files: Verdict) ->
         node = files.finding.node
         held = by_node.get(id(node))
         answer = replayed.finding.node if replayed.finding is not None else None
-        later = answer is not None and not _inside(answer, node) and _before(node, answer)
+        later = answer is not None and not _inside(answer, node) and node.index < answer.index  # call order
         if (held is None or held.problem is not None or held.ambiguous) and (answer is None or later):
             why = ("its output was not recorded and the tensors that may be it disagree" if held is not None
                    and held.problem is None else (held.problem if held is not None else "it was not replayed"))
@@ -91,15 +91,3 @@ def _inside(node, outer) -> bool:
     """True when ``node`` is ``outer`` or runs inside it."""
     return node is outer or any(a is outer for a in node.ancestors())
 
-
-def _before(first, second) -> bool:
-    """True when the call ``first`` starts before the call ``second`` (call order of their trace)."""
-    root = first
-    while root.parent is not None:
-        root = root.parent
-    for node in root.walk():
-        if node is first:
-            return True
-        if node is second:
-            return False
-    return False
