@@ -36,11 +36,25 @@ def test_a_bug_in_every_layer_is_named_where_it_first_shows(tmp_path, bug, seed,
     assert named == f"{P}.layers.0.self_attn", c.summary()
 
 
-@pytest.mark.parametrize("seed,size,opts", [(0, 128, {}), (7, 64, {"fused": True, "attn": "sdpa"})])
-def test_the_correct_port_agrees(tmp_path, seed, size, opts):
-    reference = _reference(tmp_path, seed, size)
+@pytest.mark.parametrize("seed,size,opts,dtype", [
+    (0, 128, {}, torch.float32), (7, 64, {"fused": True, "attn": "sdpa"}, torch.float32),
+    (1, 128, {"attn": "flash", "block": 4}, torch.bfloat16), (2, 64, {"order": True}, torch.bfloat16)])
+def test_the_correct_port_agrees(tmp_path, seed, size, opts, dtype):
+    torch.set_num_threads(1)
+    reference = _reference(tmp_path, seed, size, dtype)
     c = _replayed(tmp_path, port_from(reference, opts))
     assert c.verdict == "agree", c.summary()
+
+
+@pytest.mark.parametrize("bug,born", [
+    ("eps", f"{P}.layers.0.input_layernorm"), ("rotary", f"{P}.layers.0.self_attn"), ("gelu", f"{P}.layers.1.mlp"),
+    ("transpose", f"{P}.layers.1.self_attn.o_proj"), ("scaled_w", f"{P}.layers.1.mlp.up_proj")])
+def test_a_bug_in_one_place_is_named_there(tmp_path, bug, born):
+    torch.set_num_threads(1)
+    reference = _reference(tmp_path, 1, 128)
+    c = _replayed(tmp_path, port_from(reference, {"bug": bug}))
+    named = c.first_divergence.module_path if c.first_divergence is not None else c.unresolved[0]
+    assert named == born, c.summary()
 
 
 def _autocast_port(reference, opts=None):
