@@ -134,7 +134,7 @@ def test_print_options_are_untouched_inside_the_users_forward(tmp_path):
     model = Peek()
     with nbtrace.trace(model, debug_path=tmp_path):
         model(torch.ones(1, 2))
-    assert seen == [None]
+    assert seen and set(seen) == {None}  # the forward, and the float64 twin's runs of a copy of it
 
 
 def test_submodules_run_without_grad_and_the_top_level_keeps_the_callers_mode(tmp_path):

@@ -13,7 +13,8 @@ import pytest
 import torch
 
 import nbtrace
-from nbtrace.diff.replay import exact, replay
+from nbtrace.capture.twin import numerics as exact
+from nbtrace.diff.replay import replay
 from tests.models import invariant_ports as ip
 from tests.models.invariant_suite import run_case
 from tests.models.precision import one_thread  # noqa: F401  (a module fixture: one torch thread)
@@ -92,8 +93,8 @@ def test_replay_runs_on_the_module_device_and_restores_the_numerics(tmp_path, mo
     torch.set_float32_matmul_precision("medium")
     try:
         with pytest.raises(RuntimeError, match="inside"), exact.exact_numerics():
-            assert torch.get_float32_matmul_precision() == "highest" and not torch.backends.cuda.matmul.allow_tf32
-            assert not torch.backends.cudnn.allow_tf32
+            assert torch.get_float32_matmul_precision() == "highest"
+            assert torch.backends.cuda.matmul.fp32_precision == "ieee" == torch.backends.cudnn.conv.fp32_precision
             raise RuntimeError("inside")
         assert torch.get_float32_matmul_precision() == "medium"
     finally:

@@ -59,7 +59,9 @@ def test_a_bf16_linear_rounds_about_once_far_above_a_float32_one(tmp_path):
     bf16, fp32 = low["Sequential.0"].measured["out"], high["Sequential.0"].measured["out"]
     assert 0.5 * bf16.one <= bf16.own <= 2 * bf16.one  # one rounding of the exact result, give or take
     assert bf16.own > 1000 * fp32.own > 0  # bfloat16 keeps 8 bits, float32 24
-    assert bf16.acc is None and low.root.measured == {}  # "leaves": own rounding of leaf calls only
+    assert bf16.acc is None  # "leaves": own rounding of leaf calls, nothing accumulated
+    root = low.root.measured["out"]  # and the root's own, which its float64 twin gives for free
+    assert root.own is not None and root.acc is None
 
 
 def test_off_writes_no_rounding_and_runs_each_module_once(tmp_path):
@@ -71,16 +73,19 @@ def test_off_writes_no_rounding_and_runs_each_module_once(tmp_path):
             return super().forward(x)
 
     model = nn.Sequential(Counted(32, 8), nn.ReLU())
-    rec = traced(model, inputs(), tmp_path / "off")
+    rec = traced(model, inputs(), tmp_path / "off", measure_rounding=False)
     assert calls == ["linear"] and rec.rounding is None
     assert "rounding" not in json.loads((tmp_path / "off" / f"Sequential{SIDECAR}").read_text())["sections"]
     assert not rec.trace.measured_rounding and all(n.measured == {} for n in rec.trace.nodes())
     calls.clear()
+    traced(model, inputs(), tmp_path / "twin", measure_rounding="twin")
+    assert calls == ["linear"] * 3  # recorded, the model's float64 twin, the twin moved by one float64 rounding
+    calls.clear()
     traced(model, inputs(), tmp_path / "on", measure_rounding="leaves")
-    assert calls == ["linear", "linear"]  # recorded, then its float64 copy
+    assert calls == ["linear"] * 4  # recorded, its float64 copy, and the twin's two runs
     calls.clear()
     traced(model, inputs(), tmp_path / "all", measure_rounding=True)
-    assert calls == ["linear", "linear", "linear"]  # recorded, float64 copy, float64 forward of the model
+    assert calls == ["linear"] * 4
 
 
 def _state():
@@ -133,7 +138,7 @@ def test_a_module_that_cannot_run_in_float64_gets_null_numbers_and_the_reason(tm
     t = traced(model, inputs(), tmp_path, measure_rounding=True).trace
     odd = t["Sequential.1"].measured["out"]
     assert odd.own is None and odd.acc is None and "no float64 here" in odd.reason
-    assert "could not run in float64" in odd.reason and "float64 forward of the whole model failed" in odd.reason
+    assert "could not run in float64" in odd.reason and "float64 twin of the whole model failed" in odd.reason
     assert t["Sequential.0"].measured["out"].own is not None  # the rest is measured
 
 
@@ -195,7 +200,8 @@ def test_a_trace_without_the_sections_loads_with_empty_numerics(tmp_path):
 
 
 def test_the_option_is_checked():
-    with pytest.raises(ValueError, match="measure_rounding must be False, True or 'leaves', got 'all'"):
+    with pytest.raises(ValueError, match="measure_rounding must be one of False, True, 'leaves', 'twin', 'auto', "
+                                         "got 'all'"):
         with nbtrace.trace(mlp(), measure_rounding="all"):
             pass
 
@@ -251,9 +257,10 @@ def test_the_numbers_ride_with_the_forwards_one_transfer(tmp_path, monkeypatch):
     to_host = transfer.to_host
     monkeypatch.setattr(transfer, "to_host", lambda tensor: moved.append(tensor.numel()) or to_host(tensor))
     monkeypatch.setattr(transfer, "host_readable", lambda tensor: False)  # as on a GPU: every read is a transfer
-    t = traced(mlp(), inputs(), tmp_path / "off").trace
+    t = traced(mlp(), inputs(), tmp_path / "off", measure_rounding=False).trace
     assert len(moved) == 1
     moved.clear()
     measured = traced(mlp(), inputs(), tmp_path / "on", measure_rounding=True).trace
-    assert len(moved) == 1 and measured["Sequential.2"].measured["out"].acc is not None
+    # the forward's numbers (the float64 twin's among them), and the top-level inputs a printed trace keeps whole
+    assert len(moved) == 2 and measured["Sequential.2"].measured["out"].acc is not None
     assert [n.outputs for n in measured.nodes()] == [n.outputs for n in t.nodes()]

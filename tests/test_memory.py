@@ -45,8 +45,8 @@ def test_no_tensor_outlives_its_module_because_of_the_tracer(tmp_path, use_repr)
     with torch.no_grad():
         model(torch.zeros(()))
     plain_alive, seen = model.alive, len(model.refs)
-    with nbtrace.trace(model, debug_path=tmp_path, use_repr=use_repr):
-        model(torch.zeros(()))
+    with nbtrace.trace(model, debug_path=tmp_path, use_repr=use_repr, measure_rounding=False):
+        model(torch.zeros(()))  # the capture alone: the float64 twin runs copies of the model's code
     assert len(model.refs) == seen > 100
     # alive: the inputs, the logits, the rotary tables and other tensors the model itself still holds
     assert model.alive == plain_alive < seen // 4

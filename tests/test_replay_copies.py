@@ -19,7 +19,7 @@ from nbtrace.demo import build_demo
 from nbtrace.diff.measure.noise import diff_stats
 from nbtrace.diff.replay import copies as copies_module
 from nbtrace.diff.replay.copies import Copies
-from nbtrace.diff.replay.exact import copy_in
+from nbtrace.capture.twin.copies import copy_in
 from nbtrace.diff.measure.pair_sums import PairSums, Rows
 from tests.models.precision import one_thread  # noqa: F401
 

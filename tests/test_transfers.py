@@ -23,6 +23,8 @@ from nbtrace.capture import transfer
 from nbtrace.demo import build_demo
 from tests.test_fast_path import InPlace
 
+#: the float64 twin's mode, through which the model's own operations run (its ``.to(device)`` is the model's)
+_MODEL_OPS = "nbtrace.capture.twin.widen"
 _READS = ["tolist", "item", "cpu", "numpy", "__int__", "__float__", "__bool__", "__index__", "__array__",
           "__repr__", "__str__", "__format__"]
 
@@ -35,7 +37,7 @@ def reads(monkeypatch) -> Counter:
     def counting(name, original):
         def read(self, *args, **kwargs):
             caller = sys._getframe(1).f_globals.get("__name__", "")
-            if caller.startswith("nbtrace"):
+            if caller.startswith("nbtrace") and caller != _MODEL_OPS:
                 counts[caller, name] += 1
             return original(self, *args, **kwargs)
 
@@ -47,8 +49,9 @@ def reads(monkeypatch) -> Counter:
 
     def to(self, *args, **kwargs):
         target = kwargs.get("device", args[0] if args else None)
-        if str(target).startswith("cpu") and sys._getframe(1).f_globals.get("__name__", "").startswith("nbtrace"):
-            counts[sys._getframe(1).f_globals["__name__"], "to"] += 1
+        caller = sys._getframe(1).f_globals.get("__name__", "")
+        if str(target).startswith("cpu") and caller.startswith("nbtrace") and caller != _MODEL_OPS:
+            counts[caller, "to"] += 1
         return original_to(self, *args, **kwargs)
 
     monkeypatch.setattr(torch.Tensor, "to", to)
@@ -71,6 +74,7 @@ def elsewhere(counts: Counter) -> dict:
 
 
 def run(model, inputs, folder: Path, **options) -> nbtrace.Recorder:
+    options.setdefault("measure_rounding", False)  # the capture itself; the float64 twin's transfer: below
     with nbtrace.trace(model, debug_path=folder, **options) as rec:
         model(**inputs)  # grad mode on, as in a notebook cell
     return rec
@@ -84,10 +88,22 @@ def test_printed_values_and_stats_of_a_forward_cross_in_one_transfer(tmp_path, r
     assert elsewhere(reads) == {}
     records = sum(1 for node in rec.trace.nodes() for _ in node.tensors())
     assert records > 40  # many tensors, one transfer
-    with nbtrace.trace(model, debug_path=tmp_path / "two") as rec:
+    with nbtrace.trace(model, debug_path=tmp_path / "two", measure_rounding=False) as rec:
         model(**inputs)
         model(**inputs)
     assert transfers(reads) == 1 + 2  # one per forward
+
+
+@pytest.mark.parametrize("use_repr", [True, False])
+def test_the_float64_twin_joins_the_forwards_one_transfer(tmp_path, reads, on_device, use_repr):
+    model, inputs = build_demo(num_layers=3)
+    plain = run(model, inputs, tmp_path / "plain", use_repr=use_repr)
+    before = transfers(reads)
+    twinned = run(model, inputs, tmp_path / "twin", use_repr=use_repr, measure_rounding="twin")
+    assert twinned.trace.twin is not None and len(twinned.trace.twin.calls) == len(twinned.trace.nodes())
+    kept = 1 if use_repr else 0  # the top-level inputs, kept whole beside a trace that only prints them
+    assert transfers(reads) - before == before + kept  # the twin's fingerprints add no transfer of their own
+    assert elsewhere(reads) == {} and plain.trace.twin is None
 
 
 @pytest.mark.parametrize("prune", [True, False])
@@ -190,7 +206,9 @@ def test_a_generate_step_with_its_cache_and_weights_crosses_in_one_transfer(tmp_
     monkeypatch.setattr(transfer, "host_readable", lambda tensor: False)
     there = trace_generate(build_reference(), prompt, steps, tmp_path / "device", **options)
     assert len(there) == steps
-    assert transfers(reads) == steps  # one per forward: the first one's includes every weight's fingerprint
+    # one per forward (the first one's includes every weight's fingerprint), and one for its top-level inputs,
+    # which a trace of printed values keeps whole beside its float64 twin (``inputs`` section)
+    assert transfers(reads) == 2 * steps
     assert elsewhere(reads) == {}
     for a, b in zip(here.traces, there.traces):
         assert a.sidecar["parameters"] and a.sidecar["parameters"] == b.sidecar["parameters"]

@@ -19,11 +19,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from .float64 import MISSING, mark_wrapper
 from .ranks import Ranks, plan_ranks
 from .recorder import Recorder
 from .rounding import RoundingMeter, check_mode
 from .speculate import Site, named_modules
+from .twin.budget import twin_unfit
+from .twin.copies import MISSING, mark_wrapper
 from .debug_folder import prepare_debug_dir
 
 
@@ -122,7 +123,7 @@ def trace(
     use_repr: bool = True,
     *,
     ranks: Ranks = 0,
-    measure_rounding: bool | str = False,
+    measure_rounding: bool | str = "auto",
 ) -> Iterator[Recorder]:
     """Record every top-level forward of ``model`` inside the block; yields a Recorder.
 
@@ -135,10 +136,13 @@ def trace(
     ``debug_path`` (transformers' behaviour); ``"all"`` or a list of ranks: each of
     them into ``debug_path/rank_<r>/``, loadable together with ``load_trace(debug_path)``.
 
-    ``measure_rounding``: ``True`` re-runs every call in float64 as it records, and the whole model once
-    after each forward, and stores each output's own and accumulated rounding in the sidecar
-    (``node.measured``); ``"leaves"`` measures the own rounding of the calls of modules without
-    submodules only. See ``capture/rounding.py`` and docs/format.md.
+    ``measure_rounding``: ``"auto"`` (the default) records each forward's float64 twin (``"twin"``: the whole
+    model run once more in float64 from the same inputs, fingerprinted at every call, and the top-level inputs
+    kept, so ``compare`` decides from two folders or a folder and a live port) where the model's float64 copy
+    fits in half the free memory, and says why not where it does not; ``"twin"`` always; ``True`` also re-runs
+    every call in float64 as it records and stores each output's own and accumulated rounding
+    (``node.measured``); ``"leaves"`` the own rounding of the calls of modules without submodules, and the
+    twin; ``False`` nothing. See ``capture/rounding.py``, ``capture/twin/`` and docs/format.md.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -147,7 +151,12 @@ def trace(
     records = plan.records
     folder = prepare_debug_dir(plan.debug_path(debug_path)) if records else None
     recorder = Recorder(model, folder, do_prune_layers, use_repr, plan if plan.describes else None)
+    skipped = None
+    if mode == "auto":
+        mode, skipped = "twin", twin_unfit(model) if records else None
     meter = recorder.rounding = RoundingMeter(recorder, mode) if mode is not None and records else None
+    if meter is not None:
+        meter.twin.skipped = skipped
     patch = _Patch()
     try:
         if records:
@@ -156,7 +165,8 @@ def trace(
                 if name:
                     has_children = any(child is not None for child in module._modules.values())
                     site = Site(f"{class_name}.{name}", has_children)
-                    make = _wrap_module(recorder, site) if meter is None else _wrap_measured(meter, site, module)
+                    per_call = meter is not None and meter.mode in ("all", "leaves")
+                    make = _wrap_measured(meter, site, module) if per_call else _wrap_module(recorder, site)
                     patch.wrap(module, make)
             patch.wrap(model, _wrap_top(recorder))
         else:
@@ -177,5 +187,5 @@ def model_addition_debugger_context(
 
     Yields the model. Use ``nbtrace.trace`` to get the recorded Trace back.
     """
-    with trace(model, debug_path, do_prune_layers, use_repr):
+    with trace(model, debug_path, do_prune_layers, use_repr, measure_rounding=False):
         yield model

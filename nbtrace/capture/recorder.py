@@ -22,7 +22,9 @@ from ..core.measured import NUMERICS_SECTION, ROUNDING_SECTION
 from ..core.ranks import SECTION as DISTRIBUTED
 from ..core.run import RUN_SECTION, run_section
 from ..core.sidecar import sidecar_path
+from ..core.kept_inputs import INPUTS_SECTION, inputs_section
 from ..core.trace import Trace
+from ..core.twin import TWIN_SECTION
 from .generation import GenerationProbe
 from .numerics import model_devices, numerics_section
 from .parameters import ParameterFingerprints
@@ -285,7 +287,12 @@ class Recorder:
             except Exception as exc:  # noqa: BLE001 - a fingerprint must never cost the user their trace
                 warnings.warn(f"nbtrace could not fingerprint the parameters of {self.class_name}: {exc}", stacklevel=5)
         if run.rounding is not None:
-            run.sidecar[ROUNDING_SECTION] = run.rounding.section(root)
+            if run.rounding.meter.mode != "twin":
+                run.sidecar[ROUNDING_SECTION] = run.rounding.section(root)
+            run.sidecar[TWIN_SECTION] = run.rounding.twin_section(root)
+            kept = run.rounding.twin_start.tensors if run.rounding.twin_start is not None else {}
+            if self.use_repr and kept:
+                run.sidecar[INPUTS_SECTION] = inputs_section(kept)
         if self.rank_plan is not None and run.layouts is not None:
             run.sidecar[DISTRIBUTED] = self.rank_plan.section(root, run.layouts)
         recorded.generation = run.generation_done() if run.generation_done is not None else None

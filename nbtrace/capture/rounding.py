@@ -10,7 +10,9 @@ For each measured call of module F with inputs x and recorded output y (dtype d)
   forward of the whole model on the same top-level inputs (``shadow.py``), after the forward.
 
 ``"leaves"`` measures ``own`` of the calls of modules without submodules; ``True`` of every call, plus
-``acc``. Nothing of this runs when the option is off: ``context.py`` then wraps forwards without it.
+``acc``. Every mode (and ``"twin"``, which measures nothing per call) also records the float64 twin of the
+whole forward (``twin/record.py``: fingerprints of every call's float64 twin, the sidecar's ``twin`` section).
+Nothing of this runs when the option is off: ``context.py`` then wraps forwards without it.
 A call that cannot run in float64 gets null numbers and the reason, never an exception; the user's
 modules, inputs, flags and random state are left as they were. The numbers are computed on the
 device and reach the host with the forward's one transfer; ``section`` turns them into the sidecar's
@@ -29,25 +31,32 @@ from torch import nn
 
 from ..core.measured import Measured
 from ..core.ranks import call_key
-from .float64 import exact_numerics, float64_copy, upcast
 from .recorded import walk_dicts
 from .rounding_numbers import ROOT, describe, float_leaves, mismatch, own_numbers
 from .shadow import shadow_forward
 from .speculate import Site
 from .transfer import HostBatch, Slot
+from .twin.copies import float64_copy
+from .twin.numerics import float64_twin
+from .twin.record import TwinNumbers, TwinRecorder, TwinStart
+from .twin.values import upcast
 
 if TYPE_CHECKING:  # pragma: no cover
     from .recorder import Recorder, _ForwardRun
 
+MODES = (False, True, "leaves", "twin", "auto")
+
+
 def check_mode(measure_rounding: Any) -> str | None:
-    """``"all"``, ``"leaves"`` or None (off) for the ``measure_rounding`` argument; ValueError otherwise."""
+    """``"all"``, ``"leaves"``, ``"twin"``, ``"auto"`` or None (off) for the ``measure_rounding`` argument;
+    ValueError otherwise."""
     if measure_rounding is False or measure_rounding is None:
         return None
     if measure_rounding is True:
         return "all"
-    if measure_rounding == "leaves":
-        return "leaves"
-    raise ValueError(f"measure_rounding must be False, True or 'leaves', got {measure_rounding!r}")
+    if isinstance(measure_rounding, str) and measure_rounding in ("leaves", "twin", "auto"):
+        return measure_rounding
+    raise ValueError(f"measure_rounding must be one of {', '.join(map(repr, MODES))}, got {measure_rounding!r}")
 
 
 class Pending:
@@ -85,8 +94,8 @@ class Measures:
         self.calls: dict[int, dict[str, Pending]] = {}
         #: call name while recording -> (node id, [(place, output, version)]) for the float64 forward (acc)
         self.kept: dict[str, tuple[int, list[tuple[str, torch.Tensor, int | None]]]] = {}
-        self.top_inputs: tuple[tuple, dict] | None = None
-        self.top_problem: str | None = None
+        self.twin_start: TwinStart | None = None
+        self.twin_numbers: TwinNumbers | None = None
 
     def tensor(self, node: int, place: str) -> Pending:
         return self.calls.setdefault(node, {}).setdefault(place, Pending())
@@ -104,7 +113,7 @@ class Measures:
                 self.tensor(node, place).reasons.append(f"own: {problem}")
             return
         try:
-            with self.meter.paused(), exact_numerics():
+            with self.meter.paused(), float64_twin():
                 wide = float64_copy(module)
                 result = float_leaves(wide.forward(*inputs[0], **inputs[1]))
                 del wide
@@ -136,6 +145,10 @@ class Measures:
                 calls[call_key(path, index)] = {place: t.measured().to_dict() for place, t in places.items()}
         return {"mode": self.meter.mode, "calls": calls}
 
+    def twin_section(self, root: dict[str, Any]) -> dict[str, Any]:
+        """The sidecar's ``twin`` section for the tree as written."""
+        return self.meter.twin.section(self.twin_numbers, root)
+
 
 def _version(tensor: torch.Tensor) -> int | None:
     """The tensor's version counter (None for an inference tensor, which has none)."""
@@ -148,7 +161,7 @@ class RoundingMeter:
     def __init__(self, recorder: Recorder, mode: str) -> None:
         self.recorder = recorder
         self.mode = mode
-        self.root_is_leaf = not any(child is not None for child in recorder.model._modules.values())
+        self.twin = TwinRecorder(recorder.model, recorder.class_name, keep_inputs=recorder.use_repr)
 
     @contextmanager
     def paused(self) -> Iterator[None]:
@@ -166,7 +179,7 @@ class RoundingMeter:
         recorder = self.recorder
         run = recorder._run
         measures = run.rounding if run is not None else None
-        if measures is None or (self.mode == "leaves" and site.has_children):
+        if measures is None or self.mode == "twin" or (self.mode == "leaves" and site.has_children):
             return recorder.call_module(site, forward, args, kwargs)
         count = run.calls.get(site.path, 0) + 1
         key = site.path if count == 1 else f"{site.path}@{count}"
@@ -181,18 +194,17 @@ class RoundingMeter:
         return out
 
     def start(self, run: _ForwardRun, args: tuple, kwargs: dict[str, Any]) -> Measures:
-        """A top-level forward begins: its measurements, and a float64 copy of its inputs when needed."""
+        """A top-level forward begins: its measurements, and float64 copies of its inputs for the twin."""
         measures = run.rounding = Measures(self, run)
-        if self.mode == "all" or self.root_is_leaf:
-            measures.top_inputs, measures.top_problem = _snapshot(args, kwargs)
+        with self.paused():
+            measures.twin_start = self.twin.start(args, kwargs)
         return measures
 
     def top_done(self, measures: Measures, out: Any) -> None:
-        """The top-level forward returned ``out``: run the whole model in float64 (``shadow.py``)."""
-        if self.mode != "all" and not self.root_is_leaf:
-            return
+        """The top-level forward returned ``out``: run the whole model's twin in float64 (``shadow.py``)."""
         try:
-            shadow_forward(self, measures, out)
+            with self.paused():
+                shadow_forward(self, measures, out)
         except Exception as exc:  # noqa: BLE001 - measuring must never cost the user their forward
             measures.tensor(ROOT, "out").reasons.append(f"not measured ({describe(exc)})")
 

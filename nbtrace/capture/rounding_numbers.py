@@ -86,6 +86,8 @@ def mismatch(y: torch.Tensor, z: Any) -> str | None:
     """Why the float64 result ``z`` cannot be compared with the recorded ``y`` (None when it can)."""
     if z is None:
         return "the float64 run gave no tensor there"
+    if y.is_meta or z.is_meta:
+        return "a tensor on the meta device holds no values"
     if tuple(z.shape) != tuple(y.shape):
         return f"the float64 run gave shape {list(z.shape)}, the recorded tensor has {list(y.shape)}"
     if z.device != y.device:

@@ -1,28 +1,23 @@
-"""The float64 shadow forward of a measured top-level forward: ``acc`` of every call, ``own`` of the root.
+"""The float64 twin of a measured top-level forward: the twin's fingerprints, ``acc`` of every call, ``own`` of the root.
 
-After the top-level forward returned, the whole model is copied to float64 (``float64.py``) and run
-once on a float64 copy of the top-level inputs taken before the forward. Every submodule's
-``forward`` of the copy is wrapped by a collector that counts calls per module path exactly as the
-recorder does (``<path>``, ``<path>@2``, …), so each call of the shadow pairs with the recorded call of
-the same name; its outputs are compared with the recorded ones right there (``acc``) and dropped.
-A recorded call the shadow never makes (control flow that differs in float64), an output changed in
-place after its call, or a shape that differs gets a null ``acc`` and the reason.
+After the top-level forward returned, the twin recorder (``twin/record.py``) runs the whole model once more in
+float64 from a copy of the top-level inputs taken before the forward, float64 through the model's own casts, and
+fingerprints every call. While it runs, each call of the twin is paired with the recorded call of the same name
+(``<path>``, ``<path>@2``, …) and, with ``measure_rounding=True``, its outputs are compared with the recorded ones
+right there (``acc``) and dropped. A recorded call the twin never makes (control flow that differs in float64),
+an output changed in place after its call, or a shape that differs gets a null ``acc`` and the reason.
 
-Memory: the recorded float outputs of the forward are kept until the shadow has run (as autograd
-keeps activations), plus one float64 copy of the model and of the top-level inputs.
+Memory: with ``measure_rounding=True`` the recorded float outputs of the forward are kept until the twin has run
+(as autograd keeps activations), plus one float64 copy of the model and of the top-level inputs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch import nn
 
-from .float64 import exact_numerics, float64_copy
 from .rounding_numbers import ROOT, acc_numbers, describe, float_leaves, mismatch, own_numbers
-from .speculate import named_modules
 
 if TYPE_CHECKING:  # pragma: no cover
     from .rounding import Measures, RoundingMeter
@@ -31,31 +26,35 @@ _UNPAIRED = "acc: the float64 forward made no call of this name (its control flo
 
 
 def shadow_forward(meter: RoundingMeter, measures: Measures, out: Any) -> None:
-    """Run the float64 forward and note ``acc`` (``measure_rounding=True``) and the root's ``own``."""
+    """Run the twin; note ``acc`` (``measure_rounding=True``) and the root's ``own`` as it runs."""
     leaves = float_leaves(out)
-    if measures.top_inputs is None:
-        if measures.top_problem is not None:
-            for place, _ in leaves:
-                measures.tensor(ROOT, place).reasons.append(measures.top_problem)
-            _unpaired(measures, set(), f"acc: {measures.top_problem}")
+    start = measures.twin_start
+    if start is None:
         return
     paired: set[str] = set()
-    try:
-        with meter.paused(), exact_numerics():
-            wide = float64_copy(meter.recorder.model)
-            if meter.mode == "all":
-                _install(wide, meter.recorder.class_name, measures, paired)
-            args, kwargs = measures.top_inputs
-            truth = dict(float_leaves(wide.forward(*args, **kwargs)))
-            del wide
-    except Exception as exc:  # noqa: BLE001 - a model that cannot run in float64 keeps its trace
-        failed = f"the float64 forward of the whole model failed ({describe(exc)})"
+    root = meter.recorder.class_name
+
+    def observe(key: str, result: Any) -> None:
+        if key == root:
+            _note_root(meter, measures, leaves, result)
+            return
+        kept = measures.kept.get(key)
+        if kept is not None:
+            paired.add(key)
+            _note_acc(measures, kept, result)
+
+    numbers = meter.twin.done(start, out, measures.batch, observe)
+    measures.twin_numbers = numbers
+    if numbers.problem is not None:
         for place, _ in leaves:
-            measures.tensor(ROOT, place).reasons.append(failed)
-        _unpaired(measures, paired, f"acc: {failed}")
+            measures.tensor(ROOT, place).reasons.append(numbers.problem)
+        _unpaired(measures, set(), f"acc: {numbers.problem}")
         return
-    finally:
-        measures.top_inputs = None
+    _unpaired(measures, paired, _UNPAIRED)
+
+
+def _note_root(meter: RoundingMeter, measures: Measures, leaves: list[tuple[str, torch.Tensor]], result: Any) -> None:
+    truth = dict(float_leaves(result))
     for place, y in leaves:
         entry = measures.tensor(ROOT, place)
         problem = mismatch(y, truth.get(place))
@@ -66,7 +65,6 @@ def shadow_forward(meter: RoundingMeter, measures: Measures, out: Any) -> None:
         entry.own = measures.batch.add(numbers)
         if meter.mode == "all":
             entry.acc = measures.batch.add(numbers[:2])
-    _unpaired(measures, paired, _UNPAIRED)
 
 
 def _unpaired(measures: Measures, paired: set[str], reason: str) -> None:
@@ -76,30 +74,6 @@ def _unpaired(measures: Measures, paired: set[str], reason: str) -> None:
             for place, _, _ in kept:
                 measures.tensor(node, place).reasons.append(reason)
     measures.kept = {}
-
-
-def _install(wide: nn.Module, class_name: str, measures: Measures, paired: set[str]) -> None:
-    """Wrap every submodule's forward of the float64 copy with a collector named like the recorder's calls."""
-    counts: dict[str, int] = {}
-    for name, module in named_modules(wide):
-        if not name or hasattr(type(getattr(type(module), "forward", None)), "__set__"):
-            continue  # the root is run directly; a forward property cannot be wrapped (its calls stay unpaired)
-        module.__dict__["forward"] = _collector(f"{class_name}.{name}", module.forward, counts, measures, paired)
-
-
-def _collector(path: str, inner: Callable, counts: dict[str, int], measures: Measures,
-               paired: set[str]) -> Callable:
-    def collect(*args: Any, **kwargs: Any) -> Any:
-        result = inner(*args, **kwargs)
-        count = counts[path] = counts.get(path, 0) + 1
-        key = path if count == 1 else f"{path}@{count}"
-        kept = measures.kept.get(key)
-        if kept is not None:
-            paired.add(key)
-            _note_acc(measures, kept, result)
-        return result
-
-    return collect
 
 
 def _note_acc(measures: Measures, kept: tuple[int, list[tuple[str, torch.Tensor, int | None]]], result: Any) -> None:

@@ -34,6 +34,7 @@ class Trace:
         self.base_dir = Path(base_dir) if base_dir is not None else None
         self._nodes: list[Node] | None = None
         self._sidecar: dict[str, Any] = {}
+        self._twin: Any = None  # the parsed ``twin`` section (``core/twin.py``), read on first use
         #: every rank's Trace when this one was loaded from a folder of ``rank_<r>/`` folders (``core/ranks.py``)
         self.ranks: dict[int, Trace] = {}
 
@@ -67,7 +68,18 @@ class Trace:
         from .measured import attach_measured  # measured.py reads call names from ranks.py, which imports this
 
         self._sidecar = sections
+        self._twin = None
         attach_measured(self)
+
+    @property
+    def twin(self) -> Any:
+        """The float64 twin recorded with the trace (``core/twin.py``: fingerprints of every call's float64
+        twin), or None when it was recorded without one."""
+        from .twin import twin_of
+
+        if self._twin is None and "twin" in self._sidecar:
+            self._twin = twin_of(self)
+        return self._twin
 
     @property
     def measured_rounding(self) -> bool:

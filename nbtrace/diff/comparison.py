@@ -111,20 +111,60 @@ class Comparison:
         self.unresolved: tuple[str, str] | None = None
         self.first_divergence: FirstDivergence | None = None
         self._judge: FileVerdict | None = None  # the verdict from files, kept for replay
+        self._tolerance_finding: FirstDivergence | None = None  # what the default tolerance flagged, unresolved
         self._files_verdict: Verdict | None = None
+        #: the verdict of the two float64 twins (``verdict/twin_verdict.py``), when both traces hold one
+        self.twin = None
         if self._noise_aware():
             from .verdict.born import judge_from_files
 
             self.method = "files"
             self._judge = judge_from_files(self)
         else:
-            self.first_divergence = first_divergence(self)
+            self._by_tolerance(first_divergence(self))
+        self._twin_decides()
+
+    def _by_tolerance(self, found: FirstDivergence | None) -> None:
+        """The per-element tolerance's finding names a module only on evidence no correct kernel produces (another
+        shape, NaN/inf elsewhere, integers that differ, a wrongly converted weight) or by a tolerance the user gave;
+        a printed value or a stat beyond the default tolerance leaves the comparison "unresolved" there."""
+        if found is None or self.rtol is not None or self.atol is not None or found.basis not in ("printed", "stats"):
+            self.first_divergence = found
+            return
+        categorical = any(d.ok is False and (d.problem is not None or d.basis == "shape" or d.rtol == 0)
+                          for d in found.diffs if d.io == found.io)
+        if categorical or found.weights:
+            self.first_divergence = found
+            return
+        from .verdict.twin_verdict import usable
+
+        missing = usable(self)
+        advice = (f"{missing}: trace both with nbtrace.trace's float64 twin (measure_rounding='auto', the default) "
+                  "or compare the folder with the live port, compare(folder, port)") if missing else (
+                  "the float64 twins could not decide it either")
+        self.unresolved = (found.module_path, (
+            f"unresolved at {found.module_path}: the {found.basis} values of {found.observed_path} ({found.io} "
+            f"{found.arg}) differ by {found.max_rel if found.max_rel is not None else max(found.stat_diffs.values(), default=0):.3g} "
+            f"relative, beyond the per-element tolerance, which a correct kernel's rounding can do; {advice}"))
+        self._tolerance_finding = found
+
+    def _twin_decides(self) -> None:
+        """Where both traces hold a float64 twin, the twins decide (``verdict/twin_born.py``)."""
+        from .verdict.twin_born import DECIDED, apply_twin
+        from .verdict.twin_verdict import twin_verdict
+
+        verdict = twin_verdict(self)
+        if verdict is None:
+            return
+        self.twin = verdict
+        if verdict.state in DECIDED:
+            apply_twin(self, verdict)
 
     def _noise_aware(self) -> bool:
         """Full tensors on both sides, one rank each, no tolerance given: the verdict judges against rounding."""
         if self.rtol is not None or self.atol is not None or self.a.ranks or self.b.ranks:
             return False
-        bases = {d.basis for m in self.matches for d in m.diffs if d.basis and d.basis != "shape"}
+        bases = {d.basis for m in self.matches for d in m.diffs if d.basis and d.basis not in ("shape", "mask")}
         return bases == {"tensors"}
 
     @property
@@ -174,6 +214,8 @@ class Comparison:
         if self.method == "files":
             measured = self._judge is not None and self._judge.measured_places > 0
             return "measured rounding" if measured else "files, unmeasured"
+        if self.method == "twin":
+            return "float64 twins"
         return None
 
     @property
@@ -214,6 +256,14 @@ class Comparison:
                 agree[path] = agree.get(path, True) and _same_product(match)
             self._weights = compare_parameters(self.alignment.pairs, a_section, b_section, agree)
         return list(self._weights)
+
+    @property
+    def precision(self) -> list:
+        """Where the port computes the same function but its run lost precision the reference kept (a NaN or an
+        infinity the reference does not have): ``PrecisionFinding``s, beside the verdict, never changing it."""
+        from .verdict.precision import precision_findings
+
+        return precision_findings(self)
 
     def match_of(self, node: Node) -> Match | None:
         """The match of one of a's calls, or None."""

@@ -88,6 +88,8 @@ SUSPECTS_WORDS = "close to a flag"
 # -- which rule decided a verdict (``Comparison.decided_by``), and what each run computed with ------------
 DECIDED_BY_LABEL = "decided by"
 DECIDED_BY_WORDS = {
+    "float64 twins": "float64 twins (each side run again in float64 from the same inputs, fingerprinted at every "
+                     "call; k = 2 times the twins' own measured float64 precision)",
     "both live": "both live (each aligned pair run in float64 on the reference's inputs; k = 2)",
     "replayed": "replayed (the port run on the reference's inputs, against its float64 result; k = 3, or 2 where "
                 "the reference measured its rounding)",

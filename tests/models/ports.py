@@ -265,7 +265,7 @@ class TinyLlamaPort(nn.Module):
 
 
 def trace_original(folder: Path, *, use_repr: bool, prune: bool, layers: int = LAYERS, dtype=None,
-                   measure_rounding: bool = False, hidden_act: str = "silu"):
+                   measure_rounding: bool | str = "auto", hidden_act: str = "silu"):
     """Trace the original (its MLP's ``hidden_act``) on the shared inputs into ``folder`` (its rounding measured
     when asked); returns the Trace."""
     import nbtrace
@@ -281,7 +281,7 @@ def trace_original(folder: Path, *, use_repr: bool, prune: bool, layers: int = L
 
 
 def trace_port(folder: Path, bugs=(), *, use_repr: bool, prune: bool, layers: int = LAYERS,
-               measure_rounding: bool = False, hidden_act: str = "silu"):
+               measure_rounding: bool | str = "auto", hidden_act: str = "silu"):
     """Trace the port (with ``bugs``, of an original with ``hidden_act``) on the shared inputs into ``folder`` (its
     rounding measured when asked); returns the Trace."""
     import nbtrace

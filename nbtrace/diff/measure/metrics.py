@@ -142,6 +142,9 @@ def diff_tensors(
     r, t = default_tolerance(a.dtype, b.dtype)
     result.rtol = r if rtol is None else rtol
     result.atol = t if atol is None else atol
+    if is_float(a.dtype) and is_float(b.dtype) and is_mask(a) and is_mask(b):
+        compare_masks(result, a, b)
+        return result
     if a.ref is not None and b.ref is not None:
         if full is not None:
             full(result, a, b)
@@ -163,6 +166,43 @@ def diff_tensors(
         ok = _stats(result, a, b) and ok
     result.ok = ok
     return result
+
+
+#: a value this large (or -inf) in a float tensor is a mask's fill, whatever the dtype
+SENTINEL = 1e30
+
+
+def is_mask(tensor: TensorValue) -> bool:
+    """A float tensor whose values are 0 and a mask's fill (``finfo.min``, ``-inf``): an additive attention mask,
+    told from its stats (max 0, min at most -1e30)."""
+    low, high = tensor.min, tensor.max
+    return low is not None and high is not None and high == 0 and (low <= -SENTINEL or low == -math.inf)
+
+
+def compare_masks(result: TensorDiff, a: TensorValue, b: TensorValue) -> None:
+    """Two additive masks agree when they mask the same positions: the fill (``finfo.min`` of one dtype or
+    another, ``-inf``) is a representation, not a value. Compared on full tensors, else on the printed elements,
+    else on the share of masked positions the stats imply (``mean / min``)."""
+    import numpy as np
+
+    result.basis = "mask"
+    result.rtol = result.atol = None  # no tolerance: the same positions masked, or not
+    if a.ref is not None and b.ref is not None:
+        x, y = a.load().detach().reshape(-1), b.load().detach().reshape(-1)
+        masked_a, masked_b = (x <= -SENTINEL).numpy(), (y <= -SENTINEL).numpy()
+    else:
+        xs, ys = printed_arrays(a), printed_arrays(b)
+        if xs is not None and ys is not None and xs[0].size == ys[0].size:
+            masked_a, masked_b = xs[0] <= -SENTINEL, ys[0] <= -SENTINEL
+        else:
+            share_a = a.mean / a.min if a.mean is not None and a.min else 0.0
+            share_b = b.mean / b.min if b.mean is not None and b.min else 0.0
+            masked_a, masked_b = np.array([round(share_a, 4)]), np.array([round(share_b, 4)])
+    differ = int((masked_a != masked_b).sum())
+    result.max_abs = result.max_rel = 0.0 if differ == 0 else 1.0
+    result.cosine = 1.0 if differ == 0 else None
+    result.ok = differ == 0
+    result.excess = 0.0
 
 
 def measure_with_torch(result: TensorDiff, a: TensorValue, b: TensorValue,

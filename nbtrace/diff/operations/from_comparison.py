@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from ..replay.callargs import Unreplayable, rebuild
-from ..replay.exact import device_of, to_device
+from ...capture.twin.values import device_of, to_device
 from ..measure.noise import UNIT_ROUNDOFF
 from ..replay.replay import find_module
 from .align import align_operations

@@ -5,7 +5,7 @@ tensor arguments (the float64 run of the same code, the measured ground truth), 
 arguments upcast to float64 (the same operation without its rounding). Tensors no operation made
 (parameters, buffers, inputs, constants) are their own shadow, upcast. Floating dtypes an operation
 asks for (``softmax(dtype=torch.float32)``, ``.to(torch.bfloat16)``, ``.half()``) become float64 in both
-float64 executions, so the shadow never rounds.
+float64 executions, so the shadow never rounds (the same widening as the float64 twin's, ``capture/twin/widen.py``).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_map
 
-#: methods that only convert to a floating dtype: in float64 they keep the float64 value
-_CASTS = {"float", "half", "bfloat16", "double"}
+from ...capture.twin.widen import CAST_NAMES, wide_dtype
+
 #: operations whose result is random: the shadow takes the value the run drew instead of drawing again
 SENTINEL = 1e30  # a value this large is a mask's fill in any dtype
 _RANDOM = ("rand", "dropout", "bernoulli", "multinomial", "normal_", "uniform_", "exponential_")
@@ -37,13 +37,6 @@ def op_name(func: Callable[..., Any]) -> str:
 def is_random(name: str) -> bool:
     """Whether an operation draws random numbers."""
     return any(part in name for part in _RANDOM)
-
-
-def wide_dtype(value: Any) -> Any:
-    """A floating torch dtype becomes float64; anything else stays."""
-    if isinstance(value, torch.dtype) and value.is_floating_point:
-        return torch.float64
-    return value
 
 
 def upcast(value: Any) -> Any:
@@ -82,7 +75,7 @@ class Shadows:
 
 def wide_func(func: Callable[..., Any], name: str) -> Callable[..., Any]:
     """The function to run in float64: a pure cast (``.half()``) becomes ``.double()``."""
-    if name.startswith("Tensor.") and name[7:] in _CASTS:
+    if name.startswith("Tensor.") and name[7:] in CAST_NAMES:
         return torch.Tensor.double
     return func
 

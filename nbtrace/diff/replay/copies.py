@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .exact import copy_in
+from ...capture.twin.copies import copy_in
 
 
 class Copies:

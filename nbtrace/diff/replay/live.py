@@ -28,11 +28,12 @@ import torch
 from torch import nn
 
 from ...capture.context import trace
+from ...core.kept_inputs import kept_inputs
 from ...core.load import load_trace
 from ...core.trace import Trace
 from ..verdict.born import apply_verdict, replay_divergence
 from .callargs import Unreplayable, bind, rebuild
-from .exact import device_of
+from ...capture.twin.values import device_of
 from ..comparison import Comparison, compare
 from ..measure.noise import padding_rows
 from .replay import Replayer
@@ -59,12 +60,17 @@ def top_level_inputs(reference: Trace, port: nn.Module, inputs_map: Mapping[str,
     port's forward (``callargs.bind``: by name, by position, ``inputs_map``), or as recorded when ``bound`` is
     False."""
     device = device_of(port)
+    kept = kept_inputs(reference)
 
     def load(arg: str, tensor) -> torch.Tensor:
-        if tensor.ref is None:
+        if tensor.ref is not None:
+            loaded = tensor.load()
+        elif arg in kept:
+            loaded = kept[arg]
+        else:
             raise ValueError(f"the reference's top-level input {arg} was recorded without its values: trace the "
-                             "reference with use_repr=False to run a port on its inputs")
-        loaded = tensor.load()
+                             "reference with nbtrace.trace (it keeps the top-level inputs with its float64 twin) or "
+                             "use_repr=False to run a port on its inputs")
         return loaded.clone() if loaded.device == device else loaded.to(device)
 
     try:
@@ -150,6 +156,9 @@ def _compare_replayed(a: Trace, port: nn.Module, replay: bool | str, rename: Map
     scope = "auto" if replay is True else str(replay)
     report = ReplayReport(scope, both_live=reference is not None)
     comparison.replay = report
+    if comparison.method == "twin":
+        report.answered_by = "twin"
+        return comparison
     if comparison.method != "files" or comparison._judge is None or comparison._files_verdict is None:
         report.answered_by = "files"
         report.note = "not replayed: replay needs full tensors on both sides and no rtol/atol"

@@ -50,7 +50,8 @@ from ..align.flow import Flow
 from ..measure import measured
 from ..measure.noise import DiffStats, as_matrix, unit_roundoff
 from .copies import Copies
-from .exact import cast, device_of, exact_numerics, to_device
+from ...capture.twin.numerics import exact_numerics, float64_twin
+from ...capture.twin.values import cast, device_of, to_device
 from ..measure.pair_sums import PairSums, Rows
 from ..measure.metrics import same_shape
 
@@ -293,9 +294,11 @@ def _as_recorded(autocast: tuple[str, torch.dtype] | None) -> contextlib.Abstrac
 
 
 def _exact(copies: Copies, module: nn.Module, args: Any, kwargs: Any) -> Any:
-    """``module``'s copy in ``copies.dtype`` run on ``args`` cast to it, with exact numerics (``exact.py``)."""
+    """``module``'s copy in ``copies.dtype`` run on ``args`` cast to it, with exact numerics; a float64 copy as the
+    float64 twin (``capture/twin/numerics.py``: float64 through the module's own casts)."""
     copied = copies.of(module)
-    with exact_numerics():
+    numerics = float64_twin() if copies.dtype == torch.float64 else exact_numerics()
+    with numerics:
         return copied(*cast(args, copies.dtype), **cast(kwargs, copies.dtype))
 
 

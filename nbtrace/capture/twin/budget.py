@@ -1,0 +1,67 @@
+"""Whether a model's float64 twin fits where the model lives: what ``measure_rounding="auto"`` decides by.
+
+The twin holds a float64 copy of every float parameter, buffer and tensor attribute (8 bytes an element) and the
+float64 activations of one forward at a time. It is recorded by default when that copy takes at most half the
+memory free on each of the model's devices (the host's available memory for the CPU, ``cuda.mem_get_info`` for a
+GPU); otherwise, for parameters that are not plain tensors (DTensor shards, the meta device), and under
+``torch.distributed`` with several ranks (a float64 run on one rank would wait forever in a collective the others
+never join), it is not, and the trace says why.
+"""
+
+from __future__ import annotations
+
+from itertools import chain
+
+import torch
+from torch import nn
+
+SHARE = 0.5  # of the free memory the float64 copy may take
+
+
+def twin_cost(model: nn.Module) -> dict[torch.device, int]:
+    """Bytes of the float64 copy of ``model``'s float tensors, per device."""
+    cost: dict[torch.device, int] = {}
+    seen: set[int] = set()
+    for tensor in chain(model.parameters(), model.buffers()):
+        if id(tensor) in seen or not tensor.is_floating_point():
+            continue
+        seen.add(id(tensor))
+        cost[tensor.device] = cost.get(tensor.device, 0) + 8 * tensor.numel()
+    return cost
+
+
+def free_memory(device: torch.device) -> int | None:
+    """Bytes free on ``device`` (None when it cannot be told)."""
+    if device.type == "cuda":
+        try:
+            return int(torch.cuda.mem_get_info(device)[0])
+        except (RuntimeError, AssertionError):
+            return None
+    if device.type == "cpu":
+        try:
+            with open("/proc/meminfo", encoding="ascii") as handle:
+                for line in handle:
+                    if line.startswith("MemAvailable:"):
+                        return int(line.split()[1]) * 1024
+        except (OSError, ValueError, IndexError):
+            return None
+    return None
+
+
+def twin_unfit(model: nn.Module) -> str | None:
+    """Why ``model``'s twin is not recorded by default (None: it fits)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        return "under torch.distributed its float64 run would call collectives the other ranks never join"
+    for tensor in chain(model.parameters(), model.buffers()):
+        if type(tensor) not in (torch.Tensor, nn.Parameter) and not isinstance(tensor, nn.Parameter):
+            return f"its parameters are {type(tensor).__name__}s, not plain tensors"
+        if tensor.device.type == "meta":
+            return "its parameters are on the meta device"
+    for device, needed in twin_cost(model).items():
+        free = free_memory(device)
+        if free is not None and needed > SHARE * free:
+            return (f"its float64 copy needs {needed / 2**30:.1f} GiB on {device}, more than half the "
+                    f"{free / 2**30:.1f} GiB free")
+    return None

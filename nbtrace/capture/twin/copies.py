@@ -1,0 +1,161 @@
+"""A live module copied into another dtype (float64 for a twin, float32 for a truth's precision), never touching it.
+
+``copy_in(module, dtype)`` builds the copy module by module rather than by ``copy.deepcopy`` (ten times its
+speed on a layer block): each module a new object of its class whose float parameters, buffers and plain tensor
+attributes (a rotary embedding's cached frequencies) are converted to ``dtype`` with no copy in their own dtype
+first, other tensors cloned, tied ones staying tied; submodules copied the same way; dicts, lists and sets copied
+one level deep (what a forward adds to them stays in the copy); methods bound to a module rebound to its copy;
+numbers, strings, dtypes, devices, functions and classes shared; any other object (a config, a cache) deep-copied
+as ``deepcopy`` would. A class with its own copy or pickle protocol is deep-copied whole.
+
+nbtrace's forward wrappers (``capture/context.py``) carry what the module's ``forward`` attribute was before them
+(``mark_wrapper``), so a copy of a module being traced runs the module's own code, never the recorder.
+``non_state_constants`` names the float tensors a module holds outside its ``state_dict`` (non-persistent
+buffers, tensor attributes): what each implementation computes for itself rather than loads.
+"""
+
+from __future__ import annotations
+
+import copy
+import enum
+import functools
+import types
+from collections import OrderedDict
+from itertools import chain
+from typing import Any
+
+import torch
+from torch import nn
+
+#: attribute of nbtrace's forward wrappers: what ``module.__dict__["forward"]`` held before (or ``MISSING``)
+WRAPPED = "__nbtrace_before__"
+MISSING = object()
+
+
+def mark_wrapper(wrapper: Any, before: Any) -> None:
+    """Note on nbtrace's ``wrapper`` what the module's ``forward`` attribute was before it (``MISSING``: none)."""
+    setattr(wrapper, WRAPPED, before)
+
+
+def unwrapped(forward: Any) -> Any:
+    """What a module's ``forward`` attribute was before nbtrace wrapped it (``MISSING``: nothing of its own)."""
+    while hasattr(forward, WRAPPED):  # a trace inside a trace of the same model wraps twice
+        forward = getattr(forward, WRAPPED)
+    return forward
+
+
+def copy_in(module: nn.Module, dtype: torch.dtype) -> nn.Module:
+    """A copy of ``module`` whose float parameters, buffers and tensor attributes are in ``dtype`` (see above)."""
+    memo: dict[int, Any] = {"dtype": dtype}
+    for tensor in chain(module.parameters(), module.buffers()):
+        if tensor.is_floating_point():
+            wide = tensor.detach().to(dtype, copy=True)
+            memo[id(tensor)] = nn.Parameter(wide, requires_grad=False) if isinstance(tensor, nn.Parameter) else wide
+    return _clone(module, memo)
+
+
+def float64_copy(module: nn.Module) -> nn.Module:
+    """``copy_in(module, torch.float64)``."""
+    return copy_in(module, torch.float64)
+
+
+def non_state_constants(module: nn.Module) -> list[tuple[str, torch.Tensor]]:
+    """``(name, tensor)`` of every float tensor ``module`` holds outside its ``state_dict``: non-persistent buffers
+    and plain tensor attributes (what an implementation computes for itself, such as rotary frequencies)."""
+    state = {id(t) for t in module.state_dict(keep_vars=True).values() if isinstance(t, torch.Tensor)}
+    found: list[tuple[str, torch.Tensor]] = []
+    seen: set[int] = set(state)
+    for prefix, sub in module.named_modules():
+        held = [(k, t) for k, t in sub._buffers.items() if t is not None]
+        held += [(k, v) for k, v in vars(sub).items() if isinstance(v, torch.Tensor)]
+        for key, tensor in held:
+            if tensor.is_floating_point() and not tensor.is_meta and id(tensor) not in seen:
+                seen.add(id(tensor))
+                found.append((f"{prefix}.{key}" if prefix else key, tensor))
+    return found
+
+
+def _clone(module: nn.Module, memo: dict[Any, Any]) -> nn.Module:
+    if id(module) in memo:
+        return memo[id(module)]
+    cls = type(module)
+    if not _plain(cls):
+        _prefill_attributes(module, memo)
+        twin = copy.deepcopy(module, memo)
+        for sub in twin.modules():
+            _unwrap_forward(sub, memo)
+        return twin
+    twin = cls.__new__(cls)
+    memo[id(module)] = twin
+    state = {}
+    for key, value in module.__dict__.items():
+        if key in ("_parameters", "_buffers"):
+            state[key] = {name: None if t is None else _tensor(t, memo) for name, t in value.items()}
+        elif key == "_modules":
+            state[key] = {name: None if m is None else _clone(m, memo) for name, m in value.items()}
+        elif key == "forward" and hasattr(value, WRAPPED):
+            before = unwrapped(value)
+            if before is not MISSING:
+                state[key] = _attribute(before, memo)
+        else:
+            state[key] = _attribute(value, memo)
+    twin.__dict__.update(state)
+    return twin
+
+
+def _tensor(tensor: torch.Tensor, memo: dict[Any, Any]) -> torch.Tensor:
+    """A tensor of the copy: converted when it is a float tensor, else its own clone (as deepcopy made it)."""
+    if id(tensor) not in memo:
+        if tensor.is_floating_point():
+            memo[id(tensor)] = tensor.detach().to(memo["dtype"], copy=True)
+        else:
+            memo[id(tensor)] = copy.deepcopy(tensor)
+    return memo[id(tensor)]
+
+
+def _attribute(value: Any, memo: dict[Any, Any]) -> Any:
+    if type(value) in _CONTAINERS:  # the most common: a module's hook dicts
+        return value.copy()  # an OrderedDict's copy is an OrderedDict
+    if isinstance(value, torch.Tensor):
+        return _tensor(value, memo)
+    if isinstance(value, (dict, list, set)):
+        return copy.copy(value)
+    if isinstance(value, types.MethodType) and isinstance(value.__self__, nn.Module):
+        return types.MethodType(value.__func__, _clone(value.__self__, memo))
+    if isinstance(value, _SHARED) or isinstance(value, tuple) and all(isinstance(v, _SHARED) for v in value):
+        return value
+    if isinstance(value, nn.Module):
+        return _clone(value, memo)
+    return copy.deepcopy(value, memo)  # any other object (a config, a cache): the copy's own, as deepcopy made it
+
+
+def _prefill_attributes(module: nn.Module, memo: dict[Any, Any]) -> None:
+    """Plain tensor attributes of ``module`` and its submodules converted into ``memo`` before a deepcopy."""
+    for sub in module.modules():
+        for value in vars(sub).values():
+            if isinstance(value, torch.Tensor):
+                _tensor(value, memo)
+
+
+def _unwrap_forward(module: nn.Module, memo: dict[Any, Any]) -> None:
+    forward = module.__dict__.get("forward")
+    if forward is None or not hasattr(forward, WRAPPED):
+        return
+    before = unwrapped(forward)
+    if before is MISSING:
+        del module.__dict__["forward"]
+    else:
+        module.__dict__["forward"] = copy.deepcopy(before, memo)
+
+
+_CONTAINERS = frozenset({dict, OrderedDict, list, set})
+#: what a copy may share with the original: values nothing can change, and code
+_SHARED = (int, float, complex, str, bytes, bool, type(None), enum.Enum, torch.dtype, torch.device, type,
+           types.FunctionType, types.BuiltinFunctionType, functools.partial)
+_PROTOCOL = ("__deepcopy__", "__copy__", "__getstate__", "__setstate__", "__reduce__", "__reduce_ex__")
+
+
+@functools.lru_cache(maxsize=None)
+def _plain(cls: type) -> bool:
+    """True when ``cls`` copies as ``nn.Module`` does (no copy or pickle methods of its own)."""
+    return all(getattr(cls, name, None) is getattr(nn.Module, name, None) for name in _PROTOCOL)

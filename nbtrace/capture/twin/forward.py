@@ -1,0 +1,248 @@
+"""The float64 twin of a whole forward, fingerprinted at every call, and how much it moves when perturbed.
+
+``twin_runs(model, inputs, ...)`` copies the model to float64 (``copies.py``) and runs it on the
+top-level inputs copied to float64 (``values.upcast``; a generation's float64 KV cache carries on from the previous
+step through its ``known``) in ``float64_twin()`` numerics (``numerics.py``: exact, and float64 through the module's own casts).
+Every submodule's ``forward`` of the copy is wrapped by a collector named like the recorder's calls (``<path>``,
+``<path>@2``, ...), which fingerprints the call's float inputs (``args.0``, ``kwargs.hidden_states``, as the trace
+names them) and outputs (``out``, ``out.0``, ``out.logits``) with ``fingerprint.py``, each tensor once.
+
+The perturbed runs move the copy's stored float tensors by one rounding: ``"float64"`` every
+parameter, buffer and tensor attribute by one float64 rounding (how far float64 rounding can carry the twin:
+its own precision, measured), ``"constants"`` the float tensors the model holds outside its ``state_dict`` by
+one rounding of their own dtype (rotary frequencies an implementation computes for itself). The difference of
+the fingerprints of a perturbed run and of the twin measures each call's sensitivity to it.
+
+The caller keeps a generation's twin cache going with ``values.remember(known, output, twin output)``.
+A run returns ``TwinRun``: per call, place -> (shape, dtype of the run, numbers on the device), and, from the
+first operation that stayed narrower than float64 (``widen.py``), ``low``: that call and every later one is not
+a float64 twin. Nothing of the user's model, inputs, flags or random state changes.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import weakref
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from .copies import copy_in, non_state_constants
+from .fingerprint import fingerprint
+from .numerics import float64_twin
+
+PERTURBATIONS = ("float64", "constants")
+_UNIT = {torch.float64: 2.0**-53, torch.float32: 2.0**-24, torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11}
+
+
+@dataclass
+class TwinRun:
+    """The fingerprints of one twin forward: call name -> place -> (shape, numbers)."""
+
+    calls: dict[str, dict[str, tuple[tuple[int, ...], torch.Tensor]]] = field(default_factory=dict)
+    #: call name -> the first operation that stayed narrower than float64 before the call ended
+    low: dict[str, str] = field(default_factory=dict)
+    order: list[str] = field(default_factory=list)  # call names in the order they ended
+
+
+def find_valid(args: tuple, kwargs: dict[str, Any]) -> torch.Tensor | None:
+    """The ``(batch, sequence)`` padding mask of a model's inputs (True: a real token), or None: a 2-D integer or
+    bool keyword whose name holds ``mask``, else a positional one after the first argument and shaped like it.
+    Its values are not read (on a GPU that would wait for the device): an all-ones mask leaves nothing out."""
+    candidates = [v for k, v in kwargs.items() if "mask" in k and isinstance(v, torch.Tensor)]
+    first = args[0] if args and isinstance(args[0], torch.Tensor) else None
+    if not candidates and first is not None:
+        candidates = [v for v in args[1:] if isinstance(v, torch.Tensor) and v.shape == first.shape]
+    for mask in candidates:
+        if mask.ndim == 2 and not mask.is_floating_point() and not mask.is_complex():
+            return mask != 0
+    return None
+
+
+def constants_digest(model: nn.Module) -> list[tuple[str, torch.Tensor]]:
+    """Per float constant ``model`` holds outside its ``state_dict``: its dtype and shape, and two wrapping sums of
+    its bits (plain and weighted by position) as a 2-element int64 tensor on its device; two sides whose digests
+    (``digest_text``) are equal computed the same constants bit for bit."""
+    found = []
+    for _, tensor in non_state_constants(model):
+        bits = tensor.detach().contiguous().reshape(-1).view(_INT_VIEW[tensor.element_size()]).to(torch.int64)
+        weights = torch.arange(bits.numel(), device=bits.device) % 65521 + 1
+        found.append((f"{str(tensor.dtype).replace('torch.', '')}:{list(tensor.shape)}",
+                      torch.stack([bits.sum(), (bits * weights).sum()])))
+    return found
+
+
+def digest_text(head: str, sums: list[int]) -> str:
+    """One constant's digest as the sidecar writes it."""
+    return f"{head}:" + "".join(f"{v & 0xFFFFFFFFFFFFFFFF:016x}" for v in sums)
+
+
+_INT_VIEW = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def twin_runs(model: nn.Module, inputs: dict[str | None, tuple[tuple, dict[str, Any]]], class_name: str,
+              valid: torch.Tensor | None = None, observe: Callable[[str, Any], None] | None = None,
+              run: Callable[..., Any] | None = None) -> dict[str | None, tuple[TwinRun, Any]]:
+    """Run ``model``'s float64 twin once per entry of ``inputs`` (kind -> its inputs already in float64,
+    ``values.upcast``): ``None`` the twin, then ``"float64"`` and ``"constants"`` (``PERTURBATIONS``) on the same
+    copy, perturbed in place one after the other (the constants' run keeps the float64 perturbation: it is the
+    larger of the two by far). Returns kind -> ``(TwinRun, its output)``. ``observe(call name, output)`` sees each
+    call's float64 output in the twin; ``run(model, *args, **kwargs)`` calls the copy when given."""
+    wide = copy_in(model, torch.float64)
+    state = _State(valid)
+    counts: dict[str, int] = {}
+    for name, module in wide.named_modules():
+        if not name or hasattr(type(getattr(type(module), "forward", None)), "__set__"):
+            continue  # the root is run directly; a forward property cannot be wrapped (its calls stay unseen)
+        module.__dict__["forward"] = _collector(f"{class_name}.{name}", module.forward, counts, state)
+    results: dict[str | None, tuple[TwinRun, Any]] = {}
+    for kind, (args, kwargs) in inputs.items():
+        if kind is not None:
+            _perturb(model, wide, kind)
+        counts.clear()
+        state.begin(observe if kind is None else None)
+        with float64_twin() as mode:
+            state.mode = mode
+            root = _prints_of_inputs(args, kwargs, state)
+            out = run(wide, *args, **kwargs) if run is not None else wide(*args, **kwargs)
+            root.update(_prints_of_output(out, state))
+            _note(state, class_name, root)
+            if state.observe is not None:
+                state.observe(class_name, out)
+        results[kind] = state.result, out
+    return results
+
+
+class _State:
+    """What the collectors of one copy share: the run being recorded, the tensors fingerprinted in it."""
+
+    def __init__(self, valid: torch.Tensor | None) -> None:
+        self.valid = valid
+        self.result = TwinRun()
+        self.seen: dict[int, tuple[Any, torch.Tensor]] = {}
+        self.observe: Callable[[str, Any], None] | None = None
+        self.mode: Any = None
+
+    def begin(self, observe: Callable[[str, Any], None] | None) -> None:
+        self.result, self.seen, self.observe = TwinRun(), {}, observe
+
+
+def _collector(path: str, inner: Callable, counts: dict[str, int], state: _State) -> Callable:
+    def collect(*args: Any, **kwargs: Any) -> Any:
+        count = counts[path] = counts.get(path, 0) + 1
+        key = path if count == 1 else f"{path}@{count}"
+        prints = _prints_of_inputs(args, kwargs, state)
+        out = inner(*args, **kwargs)
+        prints.update(_prints_of_output(out, state))
+        _note(state, key, prints)
+        if state.observe is not None:
+            state.observe(key, out)
+        return out
+
+    return collect
+
+
+def _note(state: _State, key: str, prints: dict[str, Any]) -> None:
+    result = state.result
+    result.calls[key] = prints
+    result.order.append(key)
+    if state.mode is not None and state.mode.low:
+        name, dtype = state.mode.low[0]
+        result.low[key] = f"{name} returned {dtype}"
+
+
+def _prints_of_inputs(args: tuple, kwargs: dict[str, Any], state: _State) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for i, value in enumerate(args):
+        _walk(value, f"args.{i}", found, state, 0)
+    for key, value in kwargs.items():
+        _walk(value, f"kwargs.{key}", found, state, 0)
+    return found
+
+
+def _prints_of_output(out: Any, state: _State) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    _walk(out, "out", found, state, 0)
+    return found
+
+
+def _walk(value: Any, place: str, found: dict[str, Any], state: _State, depth: int) -> None:
+    if depth > 16:
+        return
+    if isinstance(value, torch.Tensor):
+        if (value.is_floating_point() or value.is_complex()) and value.numel() > 0 and _plain_data(value):
+            entry = state.seen.get(id(value))
+            if entry is None or entry[0]() is not value:
+                entry = (weakref.ref(value), fingerprint(value, state.valid))
+                state.seen[id(value)] = entry
+            found[place] = (tuple(value.shape), entry[1])
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            _walk(item, f"{place}.{i}", found, state, depth + 1)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _walk(item, f"{place}.{_key(key)}", found, state, depth + 1)
+
+
+def _plain_data(tensor: torch.Tensor) -> bool:
+    """A dense tensor with data of its own (not on the meta device, not sparse): one that can be fingerprinted."""
+    return not tensor.is_meta and tensor.layout == torch.strided
+
+
+def _key(key: Any) -> str:
+    return json.dumps(key) if isinstance(key, (bool, float)) or key is None else str(key)
+
+
+def _perturb(live: nn.Module, wide: nn.Module, kind: str) -> None:
+    """Move the copy's stored float tensors by one rounding (``kind``: see the module docstring), in place: each
+    element times ``1 + u·r``, ``r`` in [-1, 1) from a fixed pseudo-random sequence started at a place drawn from
+    the tensor's name, so it is the same on every run."""
+    if kind not in PERTURBATIONS:
+        raise ValueError(f"perturb must be one of {PERTURBATIONS}, got {kind!r}")
+    if kind == "float64":
+        named = [(n, t, torch.float64) for n, t in _stored(wide)]
+    else:
+        units = {n: t.dtype for n, t in non_state_constants(live)}
+        named = [(n, t, units[n]) for n, t in non_state_constants(wide) if n in units]
+    with torch.no_grad(), torch._C.DisableTorchFunction():
+        for name, tensor, dtype in named:
+            unit = _UNIT.get(dtype, 2.0**-53)
+            tensor.mul_(1 + unit * _noise(tensor.numel(), zlib.crc32(name.encode()), tensor.device).view(tensor.shape))
+
+
+_NOISE: dict[torch.device, torch.Tensor] = {}
+_NOISE_LENGTH = 65521  # a prime: tiles of the sequence never line up with a tensor's rows
+
+
+def _noise(numel: int, start: int, device: torch.device) -> torch.Tensor:
+    base = _NOISE.get(device)
+    if base is None:
+        rng = random.Random(0x5EED)
+        base = _NOISE[device] = torch.tensor([2.0 * rng.random() - 1.0 for _ in range(_NOISE_LENGTH)],
+                                             dtype=torch.float64, device=device)
+    start %= _NOISE_LENGTH
+    repeats = -(-(numel + start) // _NOISE_LENGTH)
+    return (base.repeat(repeats) if repeats > 1 else base)[start:start + numel]
+
+
+def _stored(module: nn.Module) -> list[tuple[str, torch.Tensor]]:
+    """Every float tensor ``module`` holds: parameters, buffers and tensor attributes, each once, by name."""
+    found, seen = [], set()
+    for prefix, sub in module.named_modules():
+        for key, tensor in _held(sub):
+            if tensor.is_floating_point() and id(tensor) not in seen:
+                seen.add(id(tensor))
+                found.append((f"{prefix}.{key}" if prefix else key, tensor))
+    return found
+
+
+def _held(module: nn.Module) -> list[tuple[str, torch.Tensor]]:
+    """The tensors ``module`` holds itself: parameters, buffers and tensor attributes."""
+    held = [*module._parameters.items(), *module._buffers.items()]
+    held += [(k, v) for k, v in vars(module).items() if isinstance(v, torch.Tensor)]
+    return [(k, t) for k, t in held if isinstance(t, torch.Tensor)]

@@ -1,0 +1,230 @@
+"""The float64 twin of each recorded forward: its fingerprints, sensitivities and top-level inputs, for the sidecar.
+
+A ``TwinRecorder`` lives as long as a ``nbtrace.trace`` block. When a top-level forward starts it copies the
+inputs into float64 once per run kind (the twin, and each perturbation of ``forward.py``), each kind with its own
+``known`` objects so a generation's float64 KV caches carry on from step to step; when the forward has returned
+it runs the twin (``observe`` lets ``measure_rounding=True`` measure each recorded output against it), then the
+perturbed twins, and keeps the numbers in the forward's ``HostBatch`` (they reach the host with the forward's one
+transfer). It also keeps the top-level input tensors (``start``) for the sidecar's ``inputs`` section
+(``core/kept_inputs.py``). ``section(root)`` gives the sidecar's ``twin`` section (``core/twin.py``) for the calls of the tree as
+written. A model that cannot run in float64 leaves the section with ``skipped`` and the reason, never an
+exception: measuring never costs the user their forward.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from ...core.ranks import call_key
+from ...core.twin import SUMS, TWIN_VERSION, TwinPrint
+from .fingerprint import KEPT, LEFT_OUT, SUMSQ
+from ..transfer import to_host_many
+from .forward import constants_digest, digest_text, find_valid, twin_runs
+from .values import remember, upcast
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..transfer import HostBatch, Slot
+
+#: the top-level inputs are kept in the sidecar up to this many bytes (token ids, masks, small images)
+MAX_INPUT_BYTES = 16 * 2**20
+
+
+@dataclass
+class TwinStart:
+    """What a top-level forward's twin needs from before the forward ran."""
+
+    inputs: dict[str | None, tuple[tuple, dict[str, Any]]]
+    valid: torch.Tensor | None
+    tensors: dict[str, torch.Tensor] = field(default_factory=dict)  # top-level input tensors, by place
+    problem: str | None = None
+
+
+@dataclass
+class TwinNumbers:
+    """One forward's twin, its numbers on their way to the host."""
+
+    shapes: dict[str, dict[str, tuple[int, ...]]]
+    slots: dict[str, dict[str, Slot]]
+    perturbed: dict[str, dict[str, dict[str, Slot]]]  # kind -> call -> place -> slot
+    low: dict[str, str]
+    padding: tuple[list[int], Slot] | None
+    problem: str | None = None
+
+
+class TwinRecorder:
+    """The twin of every top-level forward of one ``nbtrace.trace`` block."""
+
+    def __init__(self, model: nn.Module, class_name: str, keep_inputs: bool = True) -> None:
+        self.model, self.class_name = model, class_name
+        self.keep_inputs = keep_inputs  # the top-level inputs, for a trace that holds only their printout
+        self.known: dict[str | None, dict[int, tuple[Any, Any]]] = {None: {}, "float64": {}, "constants": {}}
+        self._constants: list[tuple[str, torch.Tensor]] | None = None  # computed on the device, once per block
+        self._constant_slots: list[tuple[str, Slot]] | None = None
+        self._digests: list[str] | None = None
+        #: why no twin is recorded in this block (``measure_rounding="auto"`` and a model too large), or None
+        self.skipped: str | None = None
+
+    def kinds(self) -> list[str | None]:
+        """The runs of a forward: the twin, the float64 perturbation, and the constants' one when there are any."""
+        if self._constants is None:
+            self._constants = constants_digest(self.model)
+        return [None, "float64"] + (["constants"] if self._constants else [])
+
+    def digests(self) -> list[str]:
+        """The constants' digests (sorted), once the forward that computed them has reached the host."""
+        if self._digests is None and self._constant_slots is not None:
+            self._digests = sorted(digest_text(head, [int(v) for v in slot.values()])
+                                   for head, slot in self._constant_slots)
+        return self._digests or []
+
+    def start(self, args: tuple, kwargs: dict[str, Any]) -> TwinStart:
+        """Copy the top-level inputs for every run, before the forward can change them (a KV cache grows)."""
+        kept = _input_tensors(args, kwargs) if self.keep_inputs else {}
+        if self.skipped is not None:
+            return TwinStart({}, None, kept, problem=f"not recorded: {self.skipped}")
+        try:
+            inputs = {kind: upcast((args, kwargs), self.known[kind]) for kind in self.kinds()}
+            return TwinStart(inputs, find_valid(args, kwargs), kept)
+        except Exception as exc:  # noqa: BLE001 - an input that cannot be copied leaves the forward without a twin
+            return TwinStart({}, None, problem=f"its inputs could not be copied to float64 ({_describe(exc)})")
+
+    def done(self, start: TwinStart, out: Any, batch: HostBatch,
+             observe: Callable[[str, Any], None] | None = None) -> TwinNumbers:
+        """Run the twin and its perturbations after the forward returned ``out``; the numbers join ``batch``."""
+        numbers = TwinNumbers({}, {}, {}, {}, _digest(start.valid, batch), start.problem)
+        if self._constant_slots is None and self._constants is not None:
+            self._constant_slots = [(head, batch.add(sums)) for head, sums in self._constants]
+        if start.problem is not None:
+            return numbers
+        try:
+            runs = twin_runs(self.model, start.inputs, self.class_name, start.valid, observe)
+            for kind, (_, wide_out) in runs.items():
+                remember(self.known[kind], out, wide_out)
+        except Exception as exc:  # noqa: BLE001 - a model that cannot run in float64 keeps its trace
+            numbers.problem = f"the float64 twin of the whole model failed ({_describe(exc)})"
+            return numbers
+        finally:
+            start.inputs = {}
+        twin = runs[None][0]
+        numbers.low = twin.low
+        for key, places in twin.calls.items():
+            numbers.shapes[key] = {place: shape for place, (shape, _) in places.items()}
+            numbers.slots[key] = {place: batch.add(values) for place, (_, values) in places.items()}
+        for kind, (run, _) in runs.items():
+            if kind is None:
+                continue
+            numbers.perturbed[kind] = {key: {place: batch.add(values) for place, (_, values) in places.items()}
+                                       for key, places in run.calls.items()}
+        return numbers
+
+    def section(self, numbers: TwinNumbers | None, root: dict[str, Any]) -> dict[str, Any]:
+        """The sidecar's ``twin`` section for the tree as written (``root``, after pruning)."""
+        section: dict[str, Any] = {"version": TWIN_VERSION, "sums": SUMS, "padding": None,
+                                   "constants": self.digests(), "calls": {}}
+        if numbers is None or numbers.problem is not None:
+            section["skipped"] = numbers.problem if numbers is not None else "the forward raised"
+            return section
+        if numbers.padding is not None:
+            shape, slot = numbers.padding
+            section["padding"] = f"{shape}:" + ":".join(f"{int(v) & 0xFFFFFFFFFFFFFFFF:x}" for v in slot.values())
+        wanted = _call_names(root)
+        for key in wanted:
+            slots = numbers.slots.get(key)
+            if not slots:
+                continue
+            places = {}
+            for place, slot in slots.items():
+                values = slot.values()
+                shape = numbers.shapes[key][place]
+                sensitivities = [_sensitivity(values, numbers.perturbed.get(kind, {}).get(key, {}).get(place))
+                                 for kind in ("float64", "constants")]
+                if "constants" not in numbers.perturbed:
+                    sensitivities[1] = None
+                kept = int(values[KEPT])
+                finite = all(math.isfinite(v) for v in values[:LEFT_OUT])  # a +inf: the sums cannot be used
+                rms = math.sqrt(values[SUMSQ] / kept) if kept and finite else 0.0
+                sums = _array(values[:SUMS]) if finite else (0.0,) * SUMS
+                left_out = int(values[LEFT_OUT]) if finite else max(int(values[LEFT_OUT]), 1)
+                entry = TwinPrint(shape, sums, kept, rms, left_out,
+                                  sensitivities[0], sensitivities[1], numbers.low.get(key))
+                places[place] = entry.to_dict()
+            section["calls"][key] = places
+        return section
+
+
+def _sensitivity(values: list[float], perturbed: Slot | None) -> float | None:
+    """The RMS by which a perturbed run moved one tensor, from the two fingerprints (None: not seen)."""
+    if perturbed is None:
+        return None
+    other = perturbed.values()
+    kept = values[KEPT]
+    if kept <= 0 or other[KEPT] != kept:
+        return None
+    delta = sum((a - b) ** 2 for a, b in zip(values[:SUMS], other[:SUMS]))
+    return float(f"{math.sqrt(delta / kept):.6g}")
+
+
+def _array(values: list[float]) -> tuple[float, ...]:
+    return tuple(float(v) for v in values)
+
+
+def _call_names(root: dict[str, Any]) -> list[str]:
+    from ..recorded import walk_dicts
+
+    names, counts = [], {}
+    for raw in walk_dicts(root):
+        path = raw["module_path"]
+        index = counts.get(path, 0)
+        counts[path] = index + 1
+        names.append(call_key(path, index))
+    return names
+
+
+def _digest(valid: torch.Tensor | None, batch: HostBatch) -> tuple[list[int], Slot] | None:
+    """The padding mask's shape and two sums of it (plain and weighted by position), on their way to the host."""
+    if valid is None:
+        return None
+    flags = valid.detach().reshape(-1).to(torch.int64)
+    weights = torch.arange(flags.numel(), device=flags.device) % 65521 + 1
+    return list(valid.shape), batch.add(torch.stack([flags.sum(), (flags * weights).sum()]))
+
+
+def _input_tensors(args: tuple, kwargs: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """The top-level input tensors by place (``args.0``, ``kwargs.input_ids``), on the host (one transfer), up to
+    ``MAX_INPUT_BYTES``; empty when they are more or cannot be copied (a meta tensor)."""
+    found: dict[str, torch.Tensor] = {}
+
+    def walk(value: Any, place: str, depth: int) -> None:
+        if type(value) is torch.Tensor:
+            found[place] = value.detach()
+        elif type(value) in (list, tuple) and depth < 8:
+            for i, item in enumerate(value):
+                walk(item, f"{place}.{i}", depth + 1)
+        elif type(value) is dict and depth < 8:
+            for key, item in value.items():
+                walk(item, f"{place}.{key}", depth + 1)
+
+    for i, value in enumerate(args):
+        walk(value, f"args.{i}", 0)
+    for key, value in kwargs.items():
+        walk(value, f"kwargs.{key}", 0)
+    if not found or any(t.is_meta for t in found.values()) or \
+            sum(t.numel() * t.element_size() for t in found.values()) > MAX_INPUT_BYTES:
+        return {}
+    try:
+        return dict(zip(found, (t.clone() for t in to_host_many(list(found.values())))))
+    except (RuntimeError, TypeError, NotImplementedError):  # a tensor with no data of its own to copy
+        return {}
+
+
+def _describe(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    return text if len(text) <= 300 else text[:300] + "…"
+
+

@@ -1,0 +1,169 @@
+"""The float64 twin a trace recorded: the sidecar section ``twin``, read as ``trace.twin``.
+
+``nbtrace.trace(model, ...)`` (``measure_rounding`` "twin", the default where the model's float64 copy fits, or
+``True``) runs the whole model once more in float64 from the same top-level inputs, float64 through the model's
+own casts (``capture/twin/``), and keeps at every call a fingerprint of each float input and output of that
+twin: 16 random-sign sums of its values (``capture/twin/fingerprint.py``). Two twins from the same inputs are two
+float64 functions; the RMS of their difference at a call is estimated from the fingerprints alone::
+
+    {"version": 1, "sums": 16, "padding": "<digest of the padding mask>" | null,
+     "constants": ["<dtype>:<shape>:<digest>", ...], "skipped": "<why no twin was recorded>" (only then),
+     "calls": {"<call name>": {"<place>": {"shape": [..], "p": "<base64 of 16 float64>",
+                                             "n": kept, "rms": x, "out": k, "s64": x, "sconst": x, "low": "..."}}}}
+
+``n`` elements were kept (padding rows, NaNs and sentinels left out: ``out`` of them), ``rms`` is their RMS;
+``s64`` how far the
+twin moved when every stored float tensor moved by one float64 rounding (the twin's own precision, measured),
+``sconst`` when the float constants the model holds outside its ``state_dict`` moved by one rounding of their
+dtype (null: the model holds none); ``low`` names the first operation that stayed narrower than float64 before
+the call ended (the twin is not float64 there). ``constants`` digests those constants, so two sides with equal
+lists computed them bit for bit.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+import struct
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..errors import TraceFormatError
+from .ranks import call_key
+from .sidecar import sidecar_path
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .node import Node
+    from .trace import Trace
+
+TWIN_SECTION = "twin"
+TWIN_VERSION = 1
+SUMS = 16
+
+
+@dataclass(frozen=True)
+class TwinPrint:
+    """The fingerprint of one float tensor of a call's float64 twin (see the module docstring)."""
+
+    shape: tuple[int, ...]
+    sums: tuple[float, ...]
+    kept: int
+    rms: float
+    left_out: int = 0
+    s64: float | None = None
+    sconst: float | None = None
+    low: str | None = None
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    def comparable(self, other: TwinPrint) -> bool:
+        """Whether the two fingerprints can be differenced: as many elements, the same ones kept, none left out
+        on either side (a NaN, or a mask's fill: its representation may differ where its meaning does not)."""
+        return (self.numel == other.numel and self.kept == other.kept and self.kept > 0
+                and not (self.left_out or other.left_out))
+
+    def distance(self, other: TwinPrint) -> float:
+        """The RMS of the difference of the two tensors (an estimate from the sums)."""
+        return math.sqrt(sum((x - y) ** 2 for x, y in zip(self.sums, other.sums)) / self.kept)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"shape": list(self.shape),
+                               "p": base64.b64encode(struct.pack(f"<{SUMS}d", *self.sums)).decode("ascii"),
+                               "n": self.kept, "rms": self.rms}
+        if self.left_out:
+            out["out"] = self.left_out
+        for name in ("s64", "sconst", "low"):
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
+        return out
+
+
+@dataclass
+class Twin:
+    """A trace's twin section: fingerprints per call name and place, and what both sides must share."""
+
+    calls: dict[str, dict[str, TwinPrint]]
+    padding: str | None = None
+    constants: tuple[str, ...] = ()
+    skipped: str | None = None
+
+    def of(self, node: Node) -> dict[str, TwinPrint]:
+        """Place -> fingerprint of one call (empty when the twin did not see it)."""
+        return self.calls.get(call_key(node.module_path, node.call_index), {})
+
+
+class _Bad(ValueError):
+    pass
+
+
+def _number(raw: dict[str, Any], key: str, where: str, default: Any = None) -> Any:
+    value = raw.get(key, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise _Bad(f"{where}.{key} must be a finite number >= 0, got {value!r}")
+    return value
+
+
+def _print(raw: Any, where: str) -> TwinPrint:
+    if not isinstance(raw, dict):
+        raise _Bad(f"{where} must be an object, got {type(raw).__name__}")
+    shape = raw.get("shape")
+    if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+        raise _Bad(f"{where}.shape must be a list of sizes, got {shape!r}")
+    try:
+        data = base64.b64decode(raw.get("p", ""), validate=True)
+    except (ValueError, TypeError):
+        raise _Bad(f"{where}.p is not base64") from None
+    if len(data) != 8 * SUMS:
+        raise _Bad(f"{where}.p must hold {SUMS} float64 numbers")
+    sums = struct.unpack(f"<{SUMS}d", data)
+    if not all(math.isfinite(v) for v in sums):
+        raise _Bad(f"{where}.p must hold finite numbers")
+    low = raw.get("low")
+    if low is not None and not isinstance(low, str):
+        raise _Bad(f"{where}.low must be a string, got {low!r}")
+    return TwinPrint(tuple(shape), sums, int(_number(raw, "n", where, 0)), float(_number(raw, "rms", where, 0.0)),
+                     int(_number(raw, "out", where, 0)), _number(raw, "s64", where), _number(raw, "sconst", where),
+                     low)
+
+
+def parse_twin(section: Any) -> Twin:
+    """The ``Twin`` of a ``twin`` section; ValueError naming what is wrong."""
+    if not isinstance(section, dict):
+        raise _Bad(f"must be an object, got {type(section).__name__}")
+    version = section.get("version")
+    if not isinstance(version, int) or version > TWIN_VERSION:
+        raise _Bad(f"has version {version!r}; this nbtrace reads up to {TWIN_VERSION}")
+    if section.get("sums", SUMS) != SUMS:
+        raise _Bad(f"holds {section.get('sums')!r} sums per tensor; this nbtrace reads {SUMS}")
+    calls = section.get("calls", {})
+    if not isinstance(calls, dict):
+        raise _Bad(f"'calls' must be an object, got {type(calls).__name__}")
+    parsed = {}
+    for name, places in calls.items():
+        if not isinstance(places, dict):
+            raise _Bad(f"calls[{name!r}] must be an object of places")
+        parsed[name] = {place: _print(raw, f"calls[{name!r}][{place!r}]") for place, raw in places.items()}
+    constants = section.get("constants", [])
+    if not isinstance(constants, list) or not all(isinstance(c, str) for c in constants):
+        raise _Bad("'constants' must be a list of strings")
+    for key in ("padding", "skipped"):
+        if section.get(key) is not None and not isinstance(section.get(key), str):
+            raise _Bad(f"'{key}' must be a string or null")
+    return Twin(parsed, section.get("padding"), tuple(constants), section.get("skipped"))
+
+
+def twin_of(trace: Trace) -> Twin | None:
+    """The trace's twin (parsed once), or None when it was recorded without one; a malformed section is a
+    TraceFormatError naming the sidecar."""
+    section = trace.sidecar.get(TWIN_SECTION)
+    if section is None:
+        return None
+    try:
+        return parse_twin(section)
+    except _Bad as bad:
+        where = sidecar_path(trace.source) if trace.source is not None else "<recorded trace>"
+        raise TraceFormatError(where, f"bad '{TWIN_SECTION}' section: {bad}") from None

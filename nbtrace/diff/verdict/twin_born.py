@@ -1,0 +1,168 @@
+"""The verdict of the float64 twins, as the public objects say it (``twin_verdict.py`` decides).
+
+``apply_twin`` fills a comparison whose two sides hold float64 twins: ``first_divergence`` (the call where the two
+functions part ways, with the twin's evidence, and the recorded tensors' numbers where the files hold them),
+``suspects``, each ``Match.difference`` (its best twin score; the difference in units of float64) and
+``TensorDiff.ok`` of every recorded tensor whose twin was compared (False where it carries a difference of
+function). Where the twins could not decide (``open``), the comparison keeps what the other rules said and a note
+says why the twins stopped.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from ...core.node import Node
+from ..measure.metrics import TensorDiff
+from ..measure.rounding import SUSPECT, brief, confidence
+from .divergence import FirstDivergence, b_only_between
+from .evidence import CallDifference, Evidence
+from .twin_verdict import U64, TwinVerdict
+from .weights import serious_inside
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..comparison import Comparison
+
+DECIDED = ("diverge", "agree", "inputs")
+
+
+def apply_twin(comparison: Comparison, verdict: TwinVerdict) -> None:
+    """Make ``verdict`` the comparison's answer (``method == "twin"``)."""
+    comparison.method = "twin"
+    comparison.twin = verdict
+    comparison.unresolved = None
+    comparison.first_divergence = _divergence(comparison, verdict) if verdict.state != "agree" else None
+    scores = verdict.scores()
+    comparison.suspects = []
+    for event in verdict.events:
+        if event is verdict.event:
+            break
+        best = event.worst
+        if best is not None and SUSPECT <= best.score < 1.0 and all(p != event.node.module_path
+                                                                    for p, _ in comparison.suspects):
+            comparison.suspects.append((event.node.module_path, best.score))
+    by_place = {(id(e.node), p.io, p.arg): p for e in verdict.events for p in e.decided}
+    for match in comparison.matches:
+        score = scores.get(id(match.a))
+        pairs = [p for (key, _, _), p in by_place.items() if key == id(match.a)]
+        if score is None:
+            match.difference = None
+        else:
+            outs = [p.a.distance(p.b) / p.a.rms for p in pairs if p.io == "output" and p.a.rms]
+            ins = [p.a.distance(p.b) / p.a.rms for p in pairs if p.io == "input" and p.a.rms]
+            evidence = sorted((p.evidence for p in pairs if p.evidence is not None), key=lambda e: -e.score)
+            match.difference = CallDifference(unit=U64, out=max(outs) / U64 if outs else None,
+                                              inherited=max(ins) / U64 if ins else None, score=score,
+                                              evidence=evidence[:1])
+        for d in match.diffs:
+            pair = by_place.get((id(match.a), d.io, d.arg))
+            if pair is not None and d.ok is not None and d.problem is None:
+                d.ok = pair.score < 1.0
+    comparison._report = None
+
+
+def _divergence(comparison: Comparison, verdict: TwinVerdict) -> FirstDivergence:
+    event = verdict.event
+    assert event is not None and verdict.culprit is not None
+    culprit, seen = verdict.culprit, event.node
+    worst = event.worst
+    unequal = event.unequal
+    match = comparison.match_of(seen)
+    arg, b_arg = (unequal[0].arg, unequal[0].b_arg) if unequal else (worst.arg, worst.b_arg)
+    recorded = next((d for d in (match.diffs if match else []) if d.io == event.io and d.arg == arg), None)
+    evidence = [_exact_evidence(d) for d in unequal]
+    evidence += [p.evidence for p in sorted(event.decided, key=lambda p: -p.score) if p.evidence is not None]
+    sure = confidence(max(e.score for e in evidence))
+    if event.io == "output" and culprit is seen and not seen.children and (
+            verdict.good is None or verdict.good.node is not seen):
+        sure = "likely"  # its inputs were not compared
+    unobserved = _unobserved(comparison, verdict, culprit, seen)
+    events = verdict.events
+    bad = event.index_in(events)
+    good = verdict.good.index_in(events) if verdict.good is not None else -1
+    gap = seen.gap_before() if event.io == "input" else None
+    pruned = (f"{gap.prefix}.{gap.first}", f"{gap.prefix}.{gap.last}") if gap is not None else None
+    result = FirstDivergence.blaming(
+        comparison, culprit,
+        observed_path=seen.module_path, io=event.io, arg=arg, b_arg=b_arg,
+        basis=recorded.basis if recorded else "twin",
+        max_abs=recorded.max_abs if recorded else None,
+        max_rel=recorded.max_rel if recorded else None,
+        cosine=recorded.cosine if recorded else None,
+        stat_diffs=dict(recorded.stat_diffs) if recorded else {},
+        diffs=match.diffs if match else [],
+        reason="", unobserved=unobserved, confidence=sure, evidence=evidence[:3],
+        exact=pruned is None, pruned=pruned, b_only_between=b_only_between(comparison, events, good, bad),
+    )
+    result.reason = _reason(verdict, culprit, seen, arg, unobserved, pruned) + f" ({sure}: {brief(evidence[0])})"
+    result.weights = serious_inside(comparison.weights, culprit.module_path)
+    return result
+
+
+def _exact_evidence(d: TensorDiff) -> Evidence:
+    return Evidence("exact", math.inf, 0.0, math.inf, f"its {d.io} {d.arg} differs (an integer or bool tensor)",
+                    "files")
+
+
+def _reason(verdict: TwinVerdict, culprit: Node, seen: Node, arg: str, unobserved: list[str],
+            pruned: tuple[str, str] | None) -> str:
+    event = verdict.event
+    assert event is not None
+    if verdict.state == "inputs":
+        return "the inputs given to the two models differ"
+    if pruned is not None:
+        before = seen.previous_sibling()
+        after = f"between {before.module_path} and {seen.module_path}" if before else f"before {seen.module_path}"
+        return (f"run in float64 from the same inputs, everything before agrees and the input {arg} of "
+                f"{seen.module_path} differs: born {after}, where the layer blocks {pruned[0]} … {pruned[1]} were "
+                "pruned (trace with do_prune_layers=False to see which), or in its own code around them")
+    if event.io == "output" and culprit is seen:
+        if verdict.good is not None and verdict.good.node is seen:
+            text = f"run in float64 from the same inputs, its inputs agree and its output ({arg}) differs"
+        elif not seen.children:
+            text = (f"run in float64 from the same inputs, everything before agrees and its output ({arg}) differs; "
+                    "its inputs could not be compared (nothing of them is held on both sides), so the difference may "
+                    "also come from the code that made them")
+        else:
+            text = (f"run in float64 from the same inputs, every call inside it agrees and its output ({arg}) "
+                    "differs: its own code after them")
+    else:
+        where = "output" if event.io == "output" else "input"
+        text = (f"run in float64 from the same inputs, everything before agrees and the {where} {arg} of "
+                f"{seen.module_path} differs: the difference comes from its own code")
+        if seen.parent is culprit and event.io == "input":
+            text += f" before it calls {seen.name}"
+    if unobserved:
+        shown = ", ".join(p.rsplit(".", 1)[-1] for p in unobserved[:4])
+        text += f" or from calls with nothing to compare ({shown}{'…' if len(unobserved) > 4 else ''})"
+    return text
+
+
+def _unobserved(comparison: Comparison, verdict: TwinVerdict, culprit: Node, seen: Node) -> list[str]:
+    """a's calls inside the blamed one, between the last agreeing event and the flagged one, that nothing
+    compared (outermost ones)."""
+    compared = {id(e.node) for e in verdict.events if e.compared}
+    start = verdict.good.node if verdict.good is not None else None
+    found: list[str] = []
+    began = start is None
+    for node in culprit.walk():
+        if node is start:
+            began = True
+            continue
+        if node is seen:
+            break
+        if began and node is not culprit and id(node) not in compared and not any(
+                a.module_path in found for a in node.ancestors()):
+            found.append(node.module_path)
+    return found
+
+
+def twin_note(verdict: TwinVerdict) -> str | None:
+    """What a comparison's notes say of twins that could not decide."""
+    if verdict.state != "open" or verdict.open_at is None:
+        return None
+    return f"the float64 twins decided nothing from {verdict.open_at.module_path} on: {verdict.note}"
+
+
+

@@ -1,0 +1,256 @@
+"""The verdict from two float64 twins: where do the two *functions* first part ways?
+
+Each side's trace holds, at every call, fingerprints of its float64 twin (``core/twin.py``): the whole model run
+once more in float64 from the same top-level inputs, float64 through its own casts. Two twins from the same
+inputs are the two functions, without the rounding of either run; what separates them at a call is semantic,
+plus float64 rounding. That rounding is measured, not assumed: each twin was run again with every stored float
+tensor moved by one float64 rounding (``s64``), and the twins are allowed ``k = 2`` times the sum of the two
+sensitivities, plus the fingerprints' own arithmetic (``√4096 = 64`` float64 roundings of the tensor's RMS).
+Where the float constants the models hold outside their ``state_dict`` differ between the sides (rotary
+frequencies each side computed for itself: their digests differ), one rounding of those constants in their own
+dtype is allowed as well (``sconst``). A twin that did not stay float64 (an operation with no float64 form:
+``low``) decides nothing from that call on.
+
+The walk is the reference's calls as events, in call order: a call's inputs when it starts, its outputs when it
+ends (outputs of calls with children included: the twin keeps them). The difference is born in the code that ran
+between the last event whose compared tensors agreed and the first that differs: a call whose outputs differ
+after its inputs (or its last child's outputs) agreed; the innermost call holding both events otherwise (a
+parent's own code between two children: a residual add, rotary and softmax inside an attention whose
+projections are modules). Integer and bool tensors (token ids, positions) are compared exactly as recorded at the
+same events. The top-level inputs differing is a verdict of its own ("inputs").
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from ...core.node import Node
+from ...core.twin import Twin, TwinPrint
+from ..measure.metrics import TensorDiff
+from .evidence import Evidence
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..comparison import Comparison, Match
+
+K_TWIN = 2.0
+U64 = 2.0**-53
+#: the fingerprints' own float64 arithmetic: a projection sums 4096 products (√4096 roundings)
+FLOOR_UNITS = 64.0
+
+
+@dataclass
+class TwinPair:
+    """One compared tensor of an aligned call: both fingerprints, and the test."""
+
+    io: str
+    arg: str
+    b_arg: str
+    a: TwinPrint
+    b: TwinPrint
+    evidence: Evidence | None = None  # None: not decidable (``undecided`` says why)
+    undecided: str | None = None
+
+    @property
+    def score(self) -> float:
+        return self.evidence.score if self.evidence is not None else 0.0
+
+
+@dataclass
+class TwinEvent:
+    """One event of a's calls: its compared tensors' fingerprints, and its integer and bool tensors compared as
+    recorded (exactly: token ids, positions, a boolean mask)."""
+
+    node: Node
+    io: str
+    pairs: list[TwinPair] = field(default_factory=list)
+    exact: list[TensorDiff] = field(default_factory=list)
+
+    @property
+    def decided(self) -> list[TwinPair]:
+        return [p for p in self.pairs if p.evidence is not None]
+
+    @property
+    def compared(self) -> bool:
+        """Something was compared at this event (a fingerprint, or an integer tensor exactly)."""
+        return bool(self.decided) or bool(self.exact)
+
+    @property
+    def unequal(self) -> list[TensorDiff]:
+        """Integer or bool tensors that differ: no kernel's rounding makes them."""
+        return [d for d in self.exact if d.ok is False]
+
+    @property
+    def flagged(self) -> bool:
+        return bool(self.unequal) or any(p.score >= 1.0 for p in self.decided)
+
+    @property
+    def worst(self) -> TwinPair | None:
+        decided = self.decided
+        return max(decided, key=lambda p: p.score) if decided else None
+
+    def index_in(self, events: list[TwinEvent]) -> int:
+        return next(i for i, e in enumerate(events) if e is self)
+
+
+@dataclass
+class TwinVerdict:
+    """The answer: ``state`` "diverge" (``culprit`` is where it is born, seen at ``event``), "agree" (every compared
+    tensor within the twins' precision), "inputs" (the top-level inputs differ), "open" (the twins stopped being
+    float64 before anything differed: ``open_at`` and ``note`` say where and why) or "nothing" (nothing compared)."""
+
+    state: str
+    culprit: Node | None = None
+    event: TwinEvent | None = None
+    good: TwinEvent | None = None  # the last event that agreed before it
+    events: list[TwinEvent] = field(default_factory=list)
+    open_at: Node | None = None
+    note: str = ""
+    constants_differ: bool = False
+    compared: int = 0
+
+    def scores(self) -> dict[int, float]:
+        """id(a's call) -> the best score of its compared tensors."""
+        found: dict[int, float] = {}
+        for event in self.events:
+            for pair in event.decided:
+                found[id(event.node)] = max(found.get(id(event.node), 0.0), pair.score)
+        return found
+
+
+def usable(comparison: Comparison) -> str | None:
+    """Why the two twins cannot be compared (None: they can)."""
+    twins = comparison.a.twin, comparison.b.twin
+    for side, twin in zip("ab", twins):
+        if twin is None:
+            return f"{side} was traced without its float64 twin"
+        if not twin.calls:
+            return f"{side}'s float64 twin was not recorded"
+    if twins[0].padding != twins[1].padding:
+        return "the two runs' padding masks differ, so their twins left out different rows"
+    return None
+
+
+def twin_verdict(comparison: Comparison) -> TwinVerdict | None:
+    """The verdict from both traces' float64 twins, or None when they cannot be compared (``usable``)."""
+    if usable(comparison) is not None:
+        return None
+    twin_a, twin_b = comparison.a.twin, comparison.b.twin
+    differ = tuple(twin_a.constants) != tuple(twin_b.constants)
+    ignore = re.compile(comparison.ignore) if comparison.ignore else None
+    events = _events(comparison, twin_a, twin_b, differ, ignore)
+    verdict = TwinVerdict("nothing", events=events, constants_differ=differ)
+    verdict.compared = sum(len(e.decided) for e in events)
+    good: TwinEvent | None = None
+    for index, event in enumerate(events):
+        undecided = next((p for p in event.pairs if p.evidence is None), None)
+        if undecided is not None and verdict.open_at is None:
+            verdict.open_at, verdict.note = event.node, undecided.undecided or ""
+        if event.flagged:
+            if event.io == "input" and event.node.parent is None:
+                verdict.state, verdict.event, verdict.culprit = "inputs", event, event.node
+                return verdict
+            verdict.state, verdict.event, verdict.good = "diverge", event, good
+            verdict.culprit = _culprit(event, good, comparison.a.root)
+            return verdict
+        if event.compared:
+            good = event
+    if verdict.open_at is not None:
+        verdict.state = "open"
+    elif verdict.compared:
+        verdict.state = "agree"
+    return verdict
+
+
+def _culprit(event: TwinEvent, good: TwinEvent | None, root: Node) -> Node:
+    """The call whose code ran between the last agreeing event and the flagged one (see the module docstring). A
+    leaf whose inputs had nothing to compare (integer positions a summary holds no values of) is blamed itself:
+    its reason says the difference may also come from the code that made its inputs."""
+    seen = event.node
+    if event.io == "output" and not seen.children and (good is None or good.node is not seen):
+        return seen
+    if good is None:
+        return root
+    if event.io == "output" and (good.node is seen or seen in good.node.ancestors()):
+        return seen  # its inputs, or everything inside it, agreed: its own code
+    return innermost(good.node, seen)
+
+
+def innermost(x: Node, y: Node) -> Node:
+    held = {id(n) for n in (x, *x.ancestors())}
+    return next(n for n in (y, *y.ancestors()) if id(n) in held)
+
+
+def _events(comparison: Comparison, twin_a: Twin, twin_b: Twin, differ: bool,
+            ignore: re.Pattern[str] | None) -> list[TwinEvent]:
+    events: list[TwinEvent] = []
+    stack: list[tuple[Node, bool]] = [(comparison.a.root, False)]
+    while stack:
+        node, done = stack.pop()
+        io = "output" if done else "input"
+        match = comparison.match_of(node)
+        if match is not None:
+            exact = [d for d in match.diffs if d.io == io and d.ok is not None and d.rtol == 0 and d.basis != "shape"]
+            event = TwinEvent(node, io, _pairs(match, io, twin_a, twin_b, differ, ignore), exact)
+            if event.pairs or event.exact:
+                events.append(event)
+        if not done:
+            stack.append((node, True))
+            stack.extend((child, False) for child in reversed(node.children))
+    return events
+
+
+def _pairs(match: Match, io: str, twin_a: Twin, twin_b: Twin, differ: bool,
+           ignore: re.Pattern[str] | None) -> list[TwinPair]:
+    """The tensors of one event paired: by place name where both have it with as many elements, else in order
+    among those of equal size; places the ``ignore`` pattern names are left out."""
+    prefix = "out" if io == "output" else ("args.", "kwargs.")
+    mine = [(p, t) for p, t in twin_a.of(match.a).items() if p.startswith(prefix) and not _ignored(p, ignore)]
+    theirs = [(p, t) for p, t in twin_b.of(match.b).items() if p.startswith(prefix) and not _ignored(p, ignore)]
+    pairs, used = [], set()
+    for place, print_a in mine:
+        pick = next((k for k, (q, t) in enumerate(theirs) if k not in used and q == place and t.numel == print_a.numel),
+                    None)
+        if pick is None:
+            pick = next((k for k, (_, t) in enumerate(theirs) if k not in used and t.numel == print_a.numel), None)
+        if pick is None:
+            continue
+        used.add(pick)
+        b_place, print_b = theirs[pick]
+        pair = TwinPair(io, place, b_place, print_a, print_b)
+        _judge(pair, differ)
+        if pair.evidence is not None or pair.undecided is not None:
+            pairs.append(pair)
+    return pairs
+
+
+def _ignored(place: str, ignore: re.Pattern[str] | None) -> bool:
+    return ignore is not None and ignore.search(place) is not None
+
+
+def _judge(pair: TwinPair, differ: bool) -> None:
+    a, b = pair.a, pair.b
+    if not a.comparable(b):
+        return  # a mask's fill, NaNs, rows kept differently: nothing the twins can say
+    if a.low or b.low:
+        side = "the reference's" if a.low else "the port's"
+        pair.undecided = f"{side} float64 twin is not float64 from here on ({a.low or b.low})"
+        return
+    difference = a.distance(b)
+    s_a, s_b = a.s64 or 0.0, b.s64 or 0.0
+    constants = (a.sconst or 0.0) + (b.sconst or 0.0) if differ else 0.0
+    scale = max(a.rms, b.rms)
+    allowed = K_TWIN * (s_a + s_b + constants) + FLOOR_UNITS * U64 * scale
+    score = difference / allowed if allowed > 0 else (math.inf if difference > 0 else 0.0)
+    also = (f" and one rounding of the float constants each side computed for itself (they differ) "
+            f"{_n(constants)}" if differ else "")
+    sentence = (f"the two float64 twins differ by {_n(difference)} (RMS, {_n(difference / scale if scale else 0.0)} "
+                f"relative) where their own float64 precision, measured, is {_n(s_a)} (reference) and {_n(s_b)} "
+                f"(port){also}, and k = {K_TWIN:g} allows {_n(allowed)}")
+    pair.evidence = Evidence("twin", difference, allowed, score, sentence, "twin")
+
+
+def _n(value: float) -> str:
+    return f"{value:.2g}" if value else "0"
