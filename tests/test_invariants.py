@@ -1,10 +1,12 @@
 """The invariant suite: correct kernels agree, bugs are named at their module or not at all, by every method.
 
 transformers' Llama (eager attention) against ports with the same weights (``tests/models/invariant_ports.py``),
-judged from files without measured rounding, from files with it (both traced with measure_rounding=True),
-replayed, and with both sides live. A subset of (variant or bug, dtype, method, seed) runs here, chosen so that
-every variant, bug, dtype and method appears; the whole sweep (every combination, seeds, width 1024) is
-``python benchmarks/bench_precision.py``. torch runs on one thread (small tensors: threads only contend).
+judged by every path a user takes (``tests/models/invariant_suite.py``): two folders traced with nbtrace.trace's
+defaults (printed values, pruned, the float64 twin), such a folder against the live port, files without anything
+measured, files with measured rounding, a folder without the twin replayed call by call, and both sides live. A
+subset of (variant or bug, dtype, method, seed) runs here, chosen so that every variant, bug, dtype and method
+appears; the whole sweep (every combination, seeds, widths) is ``python benchmarks/bench_precision.py``. torch runs
+on one thread (small tensors: threads only contend).
 """
 
 from __future__ import annotations
@@ -24,12 +26,18 @@ CORRECT = [  # (variant, dtype, method, seed)
     ("itself", "bf16", "replay", 0),
     ("twice", "fp16", "live", 1),
     ("sdpa", "bf16", "measured", 0),
+    ("sdpa", "fp16", "default", 2),
     ("flash", "bf16", "live", 0),
     ("flash", "fp16", "replay", 0),
+    ("flash", "bf16", "default", 1),
     ("tf32", "fp32", "files", 0),
+    ("tf32", "fp32", "port", 1),
     ("split_k", "fp16", "measured", 1),
+    ("split_k", "fp32", "replay", 0),  # sums chunks after .float(): its float64 twin stays float64 (Widen)
+    ("split_k", "bf16", "port", 0),
     ("fused_qkv", "bf16", "replay", 1),
     ("fused_gate_up", "fp32", "live", 0),
+    ("fused_gate_up", "bf16", "default", 0),
 ]
 
 
@@ -48,6 +56,10 @@ BUGGY = [  # (bug, dtype, method); the port's attention is sdpa: a correct kerne
     ("attn_scaling", "fp16", "live"),
     ("row_block", "bf16", "live"),
     ("gelu_tanh", "bf16", "live"),
+    ("gelu_tanh", "bf16", "default"),  # below bf16's rounding: the twins, float64, see it from printed folders
+    ("attn_scaling", "fp16", "port"),
+    ("wrong_eps", "bf16", "default"),
+    ("lossy_weights", "fp32", "port"),
 ]
 
 
@@ -69,7 +81,8 @@ def test_a_model_against_itself_agrees_without_any_statistic(tmp_path):
     """Identical outputs: every replayed call reproduces the reference bit for bit, so nothing is even tested."""
     model = ip.build(256, torch.bfloat16, layers=1)
     x = ip.inputs(length=20)
-    with torch.no_grad(), nbtrace.trace(model, debug_path=tmp_path, use_repr=False, do_prune_layers=False):
+    with torch.no_grad(), nbtrace.trace(model, debug_path=tmp_path, use_repr=False, do_prune_layers=False,
+                                        measure_rounding=False):
         model(**x)
     c = nbtrace.compare(tmp_path, model)
     assert c.verdict == "agree" and c.decided_by == "replayed"
@@ -84,7 +97,8 @@ def test_replay_runs_on_the_module_device_and_restores_the_numerics(tmp_path, mo
     monkeypatch.setattr(replay, "to_device", lambda value, device: moved.append(str(device)) or real(value, device))
     model = ip.build(256, torch.float32, layers=1)
     x = ip.inputs(length=20)
-    with torch.no_grad(), nbtrace.trace(model, debug_path=tmp_path, use_repr=False, do_prune_layers=False):
+    with torch.no_grad(), nbtrace.trace(model, debug_path=tmp_path, use_repr=False, do_prune_layers=False,
+                                        measure_rounding=False):
         model(**x)
     c = nbtrace.compare(tmp_path, ip.port(model, "sdpa"))
     assert c.verdict == "agree" and moved and set(moved) == {"cpu"}
@@ -105,9 +119,9 @@ def test_both_live_reads_like_compare_and_refuses_what_it_cannot_do(tmp_path):
     model = ip.build(256, torch.float32, layers=1)
     x = ip.inputs(length=20)
     c = nbtrace.compare(model, ip.port(model, "fused_qkv"), inputs=x)
-    assert c.verdict == "agree" and c.decided_by == "both live" and c.replay.both_live
-    assert "decided by: both live" in c.summary()
-    assert c.to_dataframe().attrs["decided_by"].startswith("both live")
+    assert c.verdict == "agree" and c.decided_by == "float64 twins" and c.replay.both_live
+    assert "decided by: float64 twins" in c.summary()
+    assert c.to_dataframe().attrs["decided_by"].startswith("float64 twins")
     with pytest.raises(ValueError, match="inputs="):
         nbtrace.compare(model, ip.port(model))
     with pytest.raises(TypeError, match="inputs must be"):

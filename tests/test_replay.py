@@ -1,7 +1,8 @@
-"""Replay: compare(reference, port) with the port itself, a live module. The port runs on the reference's recorded
-inputs and each aligned module again on the inputs the reference recorded for that call; afterwards the port, torch's
-random state and grad mode are as they were, also when a module raises; what cannot be replayed falls back to the
-verdict from the files, and says so."""
+"""Replay: compare(reference, port) with the port itself, a live module, against a reference folder traced without
+its float64 twin (``measure_rounding=False``; with the twin, the port's twin decides: tests/test_twin_live.py). The
+port runs on the reference's recorded inputs and each aligned module again on the inputs the reference recorded for
+that call; afterwards the port, torch's random state and grad mode are as they were, also when a module raises; what
+cannot be replayed falls back to the verdict from the files, and says so."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from tests.models.precision import CASES, DTYPES, build_reference, make_inputs, 
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
-    return trace_original(tmp_path_factory.mktemp("original"), use_repr=False, prune=False)
+    return trace_original(tmp_path_factory.mktemp("original"), use_repr=False, prune=False, measure_rounding=False)
 
 
 def _port(bugs=()):
@@ -101,7 +102,7 @@ def test_replay_option_and_bad_inputs(reference, tmp_path):
     assert files.method == "files" and files.replay is None
     with pytest.raises(ValueError, match="replay must be"):
         nbtrace.compare(reference, _port(), replay="everything")
-    printed = trace_original(tmp_path / "printed", use_repr=True, prune=False)
+    printed = trace_original(tmp_path / "printed", use_repr=True, prune=False, measure_rounding=False)
     with pytest.raises(ValueError, match="use_repr=False"):
         nbtrace.compare(printed, _port())
     with pytest.raises(ValueError, match="one forward"):
@@ -112,7 +113,7 @@ def test_calls_that_cannot_be_replayed_fall_back_to_the_files(tmp_path):
     """With use_cache=True every decoder layer gets a DynamicCache, which a trace keeps only as its printout."""
     case = next(c for c in CASES if c.name == "attn_scale")
     model = build_reference(DTYPES["fp16"])
-    with torch.no_grad(), nbtrace.trace(model, debug_path=tmp_path, use_repr=False, do_prune_layers=False):
+    with torch.no_grad(), nbtrace.trace(model, debug_path=tmp_path, use_repr=False, do_prune_layers=False, measure_rounding=False):
         model(**make_inputs(1, padded=False), use_cache=True)
     c = nbtrace.compare(nbtrace.load_trace(tmp_path), case.make_port(model))
     assert c.first_divergence is None and c.verdict == "unresolved" and c.unresolved[0] == case.bug.born
@@ -128,7 +129,7 @@ def test_the_recorded_inputs_go_where_the_port_lives(tmp_path):
     from nbtrace.diff.replay.live import top_level_inputs
 
     model = torch.nn.Linear(4, 3)
-    with nbtrace.trace(model, debug_path=tmp_path / "a", use_repr=False):
+    with nbtrace.trace(model, debug_path=tmp_path / "a", use_repr=False, measure_rounding=False):
         model(torch.randn(2, 4))
     recorded = load_trace(tmp_path / "a")
     args, _ = top_level_inputs(recorded, torch.nn.Linear(4, 3, device="meta"))
@@ -168,7 +169,7 @@ def test_a_pruned_reference_judges_no_layer_by_what_the_pruned_blocks_made(tmp_p
     torch.manual_seed(seed)
     original = _Stack(layers).eval()
     x = torch.randn(2, 8, 16)
-    with torch.no_grad(), nbtrace.trace(original, debug_path=tmp_path, use_repr=False):  # pruned: the default
+    with torch.no_grad(), nbtrace.trace(original, debug_path=tmp_path, use_repr=False, measure_rounding=False):  # pruned
         original(x)
     assert [n.module_path for n in nbtrace.load_trace(tmp_path).root.children] == ["_Stack.layers.0", f"_Stack.layers.{layers - 1}", "_Stack.head"]
     c = nbtrace.compare(tmp_path, copy.deepcopy(original))
@@ -182,5 +183,5 @@ def test_a_pruned_reference_judges_no_layer_by_what_the_pruned_blocks_made(tmp_p
 
 
 def test_a_pruned_reference_and_a_faithful_port_with_other_names_agree(tmp_path):
-    c = nbtrace.compare(trace_original(tmp_path, use_repr=False, prune=True), _port())
+    c = nbtrace.compare(trace_original(tmp_path, use_repr=False, prune=True, measure_rounding=False), _port())
     assert c.verdict == "agree" and c.method == "replay", c.summary()

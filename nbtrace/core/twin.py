@@ -58,12 +58,6 @@ class TwinPrint:
     def numel(self) -> int:
         return math.prod(self.shape)
 
-    def comparable(self, other: TwinPrint) -> bool:
-        """Whether the two fingerprints can be differenced: as many elements, the same ones kept, none left out
-        on either side (a NaN, or a mask's fill: its representation may differ where its meaning does not)."""
-        return (self.numel == other.numel and self.kept == other.kept and self.kept > 0
-                and not (self.left_out or other.left_out))
-
     def distance(self, other: TwinPrint) -> float:
         """The RMS of the difference of the two tensors (an estimate from the sums)."""
         return math.sqrt(sum((x - y) ** 2 for x, y in zip(self.sums, other.sums)) / self.kept)

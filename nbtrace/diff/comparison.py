@@ -149,10 +149,13 @@ class Comparison:
         self._tolerance_finding = found
 
     def _twin_decides(self) -> None:
-        """Where both traces hold a float64 twin, the twins decide (``verdict/twin_born.py``)."""
+        """Where both traces hold a float64 twin, the twins decide (``verdict/twin_born.py``), unless the caller
+        asked for a per-element tolerance (``rtol``/``atol``)."""
         from .verdict.twin_born import DECIDED, apply_twin
         from .verdict.twin_verdict import twin_verdict
 
+        if self.rtol is not None or self.atol is not None:
+            return
         verdict = twin_verdict(self)
         if verdict is None:
             return

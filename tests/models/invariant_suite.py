@@ -1,10 +1,19 @@
 """Running one case of the invariant suite by one method, graded (shared by the tests and the benchmark).
 
-Methods: ``files`` (two trace folders, nothing measured), ``measured`` (two trace folders with measured
-rounding: both traced with ``measure_rounding=True``), ``replay`` (the reference's folder against the live
-port), ``live`` (both modules live). Grades: ``ok`` (agrees where there is no bug; names the bug's module),
-``unresolved`` (files without measurements may say so), ``FALSE ALARM`` (a module named where there is
-no bug), ``WRONG`` (another module named), ``miss`` (no module named where there is a bug).
+Methods, one per path a user takes:
+
+- ``default``: two folders traced with ``nbtrace.trace``'s defaults (printed values, pruned layers, the float64
+  twin recorded): what a user of transformers' debugger has on disk, plus nbtrace's twin;
+- ``port``: such a default folder of the reference against the live port (its twin run on the inputs the folder
+  kept);
+- ``files``: two full-tensor folders traced without the twin (``measure_rounding=False``): nothing measured;
+- ``measured``: two full-tensor folders traced with ``measure_rounding=True`` (the twin, and every call's rounding);
+- ``replay``: a full-tensor folder without the twin against the live port, replayed call by call;
+- ``live``: both modules live.
+
+Grades: ``ok`` (agrees where there is no bug; names the bug's module), ``unresolved`` (files without measurements
+may say so), ``FALSE ALARM`` (a module named where there is no bug), ``WRONG`` (another module named), ``miss`` (no
+module named where there is a bug).
 """
 
 from __future__ import annotations
@@ -18,7 +27,10 @@ import torch
 import nbtrace
 from tests.models import invariant_ports as ip
 
-METHODS = ("files", "measured", "replay", "live")
+METHODS = ("default", "port", "files", "measured", "replay", "live")
+#: how each folder-based method traces: (use_repr, do_prune_layers, measure_rounding)
+_TRACING = {"default": (True, True, "auto"), "port": (True, True, "auto"), "files": (False, False, False),
+            "measured": (False, False, True), "replay": (False, False, False)}
 
 
 @dataclass
@@ -41,8 +53,9 @@ class Outcome:
         return "ok" if self.named == self.expected else "WRONG"
 
 
-def _trace(model: torch.nn.Module, x: dict, folder: Path, measure: bool = False) -> None:
-    with torch.no_grad(), nbtrace.trace(model, debug_path=folder, use_repr=False, do_prune_layers=False,
+def _trace(model: torch.nn.Module, x: dict, folder: Path, method: str) -> None:
+    use_repr, prune, measure = _TRACING[method]
+    with torch.no_grad(), nbtrace.trace(model, debug_path=folder, use_repr=use_repr, do_prune_layers=prune,
                                         measure_rounding=measure):
         model(**x)
 
@@ -65,12 +78,12 @@ def run_case(tmp: Path, dtype: str, variant: str, bug: str | None, method: str, 
         comparison = nbtrace.compare(reference, port, inputs=x, rename=rename)
     else:
         folder = Path(tmp) / f"{dtype}-{variant}-{bug}-{method}-{width}-{seed}"
-        _trace(reference, x, folder / "a", measure=method == "measured")
+        _trace(reference, x, folder / "a", method)
         start = time.perf_counter()
-        if method == "replay":
+        if method in ("replay", "port"):
             comparison = nbtrace.compare(folder / "a", port, rename=rename)
         else:
-            _trace(port, x, folder / "b", measure=method == "measured")
+            _trace(port, x, folder / "b", method)
             start = time.perf_counter()
             comparison = nbtrace.compare(folder / "a", folder / "b", rename=rename)
     seconds = time.perf_counter() - start

@@ -284,24 +284,29 @@ CASES: list[Case] = (
 )
 
 
-def trace_model(model: nn.Module, folder: Path, inputs: dict[str, torch.Tensor], prune: bool = False):
-    """One forward recorded with full tensors; returns the Trace loaded back from its files."""
+def trace_model(model: nn.Module, folder: Path, inputs: dict[str, torch.Tensor], prune: bool = False,
+                measure_rounding: bool | str = False, use_repr: bool = False):
+    """One forward recorded (full tensors by default; without the float64 twin unless ``measure_rounding`` says:
+    the rules that judge folders without it are what most of these cases test); returns the Trace loaded back
+    from its files."""
     import nbtrace
 
-    with torch.no_grad(), nbtrace.trace(model, debug_path=folder, use_repr=False, do_prune_layers=prune):
+    with torch.no_grad(), nbtrace.trace(model, debug_path=folder, use_repr=use_repr, do_prune_layers=prune,
+                                        measure_rounding=measure_rounding):
         model(**inputs, use_cache=False)
     return nbtrace.load_trace(folder)
 
 
-def trace_case(case: Case, dtype: str, folder: Path, padded: bool = True, reference: tuple | None = None):
+def trace_case(case: Case, dtype: str, folder: Path, padded: bool = True, reference: tuple | None = None,
+               **options):
     """``(reference model, port model, trace a, trace b)`` of one case in one dtype (``reference``: a
-    ``(model, trace)`` made earlier for the same dtype, seed and inputs)."""
+    ``(model, trace)`` made earlier for the same dtype, seed and inputs; ``options`` go to ``trace_model``)."""
     inputs = make_inputs(case.seed + 1, padded)
     if reference is None:
         model = build_reference(DTYPES[dtype], case.seed)
-        reference = (model, trace_model(model, folder / "reference", inputs))
+        reference = (model, trace_model(model, folder / "reference", inputs, **options))
     port = case.make_port(reference[0])
-    return reference[0], port, reference[1], trace_model(port, folder / case.name, inputs)
+    return reference[0], port, reference[1], trace_model(port, folder / case.name, inputs, **options)
 
 
 def one_thread():

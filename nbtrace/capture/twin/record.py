@@ -167,7 +167,8 @@ def _sensitivity(values: list[float], perturbed: Slot | None) -> float | None:
     if kept <= 0 or other[KEPT] != kept:
         return None
     delta = sum((a - b) ** 2 for a, b in zip(values[:SUMS], other[:SUMS]))
-    return float(f"{math.sqrt(delta / kept):.6g}")
+    found = math.sqrt(delta / kept)
+    return float(f"{found:.6g}") if math.isfinite(found) else None
 
 
 def _array(values: list[float]) -> tuple[float, ...]:

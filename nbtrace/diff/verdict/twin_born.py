@@ -114,9 +114,10 @@ def _reason(verdict: TwinVerdict, culprit: Node, seen: Node, arg: str, unobserve
     if pruned is not None:
         before = seen.previous_sibling()
         after = f"between {before.module_path} and {seen.module_path}" if before else f"before {seen.module_path}"
-        return (f"run in float64 from the same inputs, everything before agrees and the input {arg} of "
-                f"{seen.module_path} differs: born {after}, where the layer blocks {pruned[0]} … {pruned[1]} were "
-                "pruned (trace with do_prune_layers=False to see which), or in its own code around them")
+        return (f"born {after}: the layer blocks {pruned[0]} … {pruned[1]} in between were pruned (trace with "
+                f"do_prune_layers=False to see which), or in {culprit.module_path}'s own code around them; run in "
+                f"float64 from the same inputs, everything before agrees and the input {arg} of {seen.module_path} "
+                "differs")
     if event.io == "output" and culprit is seen:
         if verdict.good is not None and verdict.good.node is seen:
             text = f"run in float64 from the same inputs, its inputs agree and its output ({arg}) differs"

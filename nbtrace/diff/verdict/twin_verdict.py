@@ -140,7 +140,7 @@ def twin_verdict(comparison: Comparison) -> TwinVerdict | None:
     twin_a, twin_b = comparison.a.twin, comparison.b.twin
     differ = tuple(twin_a.constants) != tuple(twin_b.constants)
     ignore = re.compile(comparison.ignore) if comparison.ignore else None
-    events = _events(comparison, twin_a, twin_b, differ, ignore)
+    events = _events(comparison, twin_a, twin_b, _Allowance(differ, stored_rounding(comparison)), ignore)
     verdict = TwinVerdict("nothing", events=events, constants_differ=differ)
     verdict.compared = sum(len(e.decided) for e in events)
     good: TwinEvent | None = None
@@ -183,7 +183,35 @@ def innermost(x: Node, y: Node) -> Node:
     return next(n for n in (y, *y.ancestors()) if id(n) in held)
 
 
-def _events(comparison: Comparison, twin_a: Twin, twin_b: Twin, differ: bool,
+@dataclass(frozen=True)
+class _Allowance:
+    """What besides float64 rounding may separate two correct twins: constants computed differently (``differ``),
+    and weights stored in a narrower dtype on one side (``stored``: that dtype's unit roundoff, else 0)."""
+
+    differ: bool
+    stored: float
+
+
+def stored_rounding(comparison: Comparison) -> float:
+    """The unit roundoff by which one side's stored parameters may be the other's rounded: 0 when both hold their
+    float parameters in the same dtypes, else that of the narrowest float dtype either holds (a float32 original
+    against its bfloat16 port: the port's weights are the original's rounded to bfloat16, part of its rounding)."""
+    kinds = []
+    for trace in (comparison.a, comparison.b):
+        section = trace.sidecar.get("parameters") or {}
+        kinds.append({t.get("dtype") for tensors in section.values() if isinstance(tensors, dict)
+                      for t in tensors.values() if isinstance(t, dict) and t.get("kind", "parameter") == "parameter"})
+    units = {name: UNITS.get(name, 0.0) for name in kinds[0] | kinds[1]}
+    if kinds[0] == kinds[1] or not any(units.values()):
+        return 0.0
+    return max(units.values())
+
+
+UNITS = {"float32": 2.0**-24, "bfloat16": 2.0**-8, "float16": 2.0**-11, "float8_e4m3fn": 2.0**-4,
+         "float8_e5m2": 2.0**-3}
+
+
+def _events(comparison: Comparison, twin_a: Twin, twin_b: Twin, allowance: _Allowance,
             ignore: re.Pattern[str] | None) -> list[TwinEvent]:
     events: list[TwinEvent] = []
     stack: list[tuple[Node, bool]] = [(comparison.a.root, False)]
@@ -193,7 +221,7 @@ def _events(comparison: Comparison, twin_a: Twin, twin_b: Twin, differ: bool,
         match = comparison.match_of(node)
         if match is not None:
             exact = [d for d in match.diffs if d.io == io and d.ok is not None and d.rtol == 0 and d.basis != "shape"]
-            event = TwinEvent(node, io, _pairs(match, io, twin_a, twin_b, differ, ignore), exact)
+            event = TwinEvent(node, io, _pairs(match, io, twin_a, twin_b, allowance, ignore), exact)
             if event.pairs or event.exact:
                 events.append(event)
         if not done:
@@ -202,7 +230,7 @@ def _events(comparison: Comparison, twin_a: Twin, twin_b: Twin, differ: bool,
     return events
 
 
-def _pairs(match: Match, io: str, twin_a: Twin, twin_b: Twin, differ: bool,
+def _pairs(match: Match, io: str, twin_a: Twin, twin_b: Twin, allowance: _Allowance,
            ignore: re.Pattern[str] | None) -> list[TwinPair]:
     """The tensors of one event paired: by place name where both have it with as many elements, else in order
     among those of equal size; places the ``ignore`` pattern names are left out."""
@@ -220,20 +248,32 @@ def _pairs(match: Match, io: str, twin_a: Twin, twin_b: Twin, differ: bool,
         used.add(pick)
         b_place, print_b = theirs[pick]
         pair = TwinPair(io, place, b_place, print_a, print_b)
-        _judge(pair, differ)
+        _judge(pair, allowance)
         if pair.evidence is not None or pair.undecided is not None:
             pairs.append(pair)
     return pairs
 
 
 def _ignored(place: str, ignore: re.Pattern[str] | None) -> bool:
-    return ignore is not None and ignore.search(place) is not None
+    """Places the ``ignore`` pattern names, and attention masks: a mask is one input in several representations
+    (additive with ``finfo.min`` or ``-inf``, ``0``/``1``, ``-1e4``) whose meaning shows in what reads it."""
+    return "mask" in place.lower() or ignore is not None and ignore.search(place) is not None
 
 
-def _judge(pair: TwinPair, differ: bool) -> None:
+def _judge(pair: TwinPair, allowance: _Allowance) -> None:
     a, b = pair.a, pair.b
-    if not a.comparable(b):
-        return  # a mask's fill, NaNs, rows kept differently: nothing the twins can say
+    differ = allowance.differ
+    if a.numel != b.numel or a.kept != b.kept and a.left_out == b.left_out:
+        return  # another size, or rows kept differently: nothing the twins can say
+    if a.left_out != b.left_out and pair.io == "input":
+        return  # a mask's fill in one representation and not the other: the call that reads it is judged
+    if a.left_out != b.left_out:  # NaN, inf or a mask's fill where the other twin holds as many values
+        sentence = (f"the float64 twin of one side holds {b.left_out} NaN, infinite or sentinel values where the "
+                    f"reference's holds {a.left_out}: no rounding makes a NaN or an infinity in float64")
+        pair.evidence = Evidence("broken", math.inf, 0.0, math.inf, sentence, "twin")
+        return
+    if a.kept == 0:
+        return
     if a.low or b.low:
         side = "the reference's" if a.low else "the port's"
         pair.undecided = f"{side} float64 twin is not float64 from here on ({a.low or b.low})"
@@ -241,11 +281,16 @@ def _judge(pair: TwinPair, differ: bool) -> None:
     difference = a.distance(b)
     s_a, s_b = a.s64 or 0.0, b.s64 or 0.0
     constants = (a.sconst or 0.0) + (b.sconst or 0.0) if differ else 0.0
+    # one rounding of every stored weight to the narrower dtype moves a twin by about s64 scaled from float64's
+    # unit roundoff to that dtype's (the perturbation's effect is linear at these sizes)
+    stored = max(s_a, s_b) * allowance.stored / U64 if allowance.stored else 0.0
     scale = max(a.rms, b.rms)
-    allowed = K_TWIN * (s_a + s_b + constants) + FLOOR_UNITS * U64 * scale
+    allowed = K_TWIN * (s_a + s_b + constants + stored) + FLOOR_UNITS * U64 * scale
     score = difference / allowed if allowed > 0 else (math.inf if difference > 0 else 0.0)
     also = (f" and one rounding of the float constants each side computed for itself (they differ) "
             f"{_n(constants)}" if differ else "")
+    if stored:
+        also += f" and the weights one side stores in a narrower dtype {_n(stored)}"
     sentence = (f"the two float64 twins differ by {_n(difference)} (RMS, {_n(difference / scale if scale else 0.0)} "
                 f"relative) where their own float64 precision, measured, is {_n(s_a)} (reference) and {_n(s_b)} "
                 f"(port){also}, and k = {K_TWIN:g} allows {_n(allowed)}")
