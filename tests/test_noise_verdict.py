@@ -80,8 +80,8 @@ def test_an_evidence_sentence_says_what_its_numbers_show(tmp_path):
     numbers and k, and the code that made the unmeasured tensor is named."""
     c = _compare_port(ScaledPort, tmp_path, rows=4096)
     assert c.first_divergence is None and c.verdict == "unresolved" and c.decided_by == "files, unmeasured"
-    assert c.unresolved[0] == "Net" and "measure_rounding=True" in c.unresolved[1]
-    assert "unresolved" in c.summary() and "measure_rounding=True" in c.summary()
+    assert c.unresolved[0] == "Net" and "float64 twin" in c.unresolved[1]
+    assert "unresolved" in c.summary() and "compare(folder, port)" in c.summary()
 
     torch.manual_seed(0)
     x = torch.randn(4096, 8)

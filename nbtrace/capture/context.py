@@ -165,8 +165,7 @@ def trace(
                 if name:
                     has_children = any(child is not None for child in module._modules.values())
                     site = Site(f"{class_name}.{name}", has_children)
-                    per_call = meter is not None and meter.mode in ("all", "leaves")
-                    make = _wrap_measured(meter, site, module) if per_call else _wrap_module(recorder, site)
+                    make = _wrap_measured(meter, site, module) if meter is not None else _wrap_module(recorder, site)
                     patch.wrap(module, make)
             patch.wrap(model, _wrap_top(recorder))
         else:

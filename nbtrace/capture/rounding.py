@@ -179,12 +179,17 @@ class RoundingMeter:
         recorder = self.recorder
         run = recorder._run
         measures = run.rounding if run is not None else None
-        if measures is None or self.mode == "twin" or (self.mode == "leaves" and site.has_children):
+        if measures is None:
             return recorder.call_module(site, forward, args, kwargs)
         count = run.calls.get(site.path, 0) + 1
         key = site.path if count == 1 else f"{site.path}@{count}"
+        if self.mode == "twin" or (self.mode == "leaves" and site.has_children):
+            out = recorder.call_module(site, forward, args, kwargs)
+            self.twin.note_run(measures.twin_start, key, out, measures.batch)
+            return out
         inputs, problem = _snapshot(args, kwargs)
         out = recorder.call_module(site, forward, args, kwargs)
+        self.twin.note_run(measures.twin_start, key, out, measures.batch)
         node = _last_closed(run, site.path)
         if node is not None:
             try:
@@ -202,6 +207,7 @@ class RoundingMeter:
 
     def top_done(self, measures: Measures, out: Any) -> None:
         """The top-level forward returned ``out``: run the whole model's twin in float64 (``shadow.py``)."""
+        self.twin.note_run(measures.twin_start, self.recorder.class_name, out, measures.batch)
         try:
             with self.paused():
                 shadow_forward(self, measures, out)

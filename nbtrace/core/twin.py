@@ -9,9 +9,13 @@ float64 functions; the RMS of their difference at a call is estimated from the f
     {"version": 1, "sums": 16, "padding": "<digest of the padding mask>" | null,
      "constants": ["<dtype>:<shape>:<digest>", ...], "skipped": "<why no twin was recorded>" (only then),
      "calls": {"<call name>": {"<place>": {"shape": [..], "p": "<base64 of 16 float64>",
-                                             "n": kept, "rms": x, "out": k, "s64": x, "sconst": x, "low": "..."}}}}
+                                             "n": kept, "rms": x, "out": k, "s64": x, "sconst": x, "low": "...",
+                                             "acc": x, "run_rms": x, "run_out": k}}}}
 
 ``n`` elements were kept (padding rows, NaNs and sentinels left out: ``out`` of them), ``rms`` is their RMS;
+``acc`` the RMS of what the run itself returned there against the twin (the rounding it accumulated, estimated
+from the fingerprints; outputs only), ``run_rms`` the RMS of the run's output (exact), ``run_out`` how many NaN,
+infinite or sentinel values the run's output held beyond the twin's;
 ``s64`` how far the
 twin moved when every stored float tensor moved by one float64 rounding (the twin's own precision, measured),
 ``sconst`` when the float constants the model holds outside its ``state_dict`` moved by one rounding of their
@@ -53,6 +57,9 @@ class TwinPrint:
     s64: float | None = None
     sconst: float | None = None
     low: str | None = None
+    acc: float | None = None  # the RMS of the run's own output against this twin: the rounding it accumulated
+    run_out: int = 0  # NaN, inf or sentinels in the run's output beyond the twin's
+    run_rms: float | None = None  # the RMS of the run's own output (exact: its sum of squares)
 
     @property
     def numel(self) -> int:
@@ -68,7 +75,9 @@ class TwinPrint:
                                "n": self.kept, "rms": self.rms}
         if self.left_out:
             out["out"] = self.left_out
-        for name in ("s64", "sconst", "low"):
+        if self.run_out:
+            out["run_out"] = self.run_out
+        for name in ("s64", "sconst", "low", "acc", "run_rms"):
             if getattr(self, name) is not None:
                 out[name] = getattr(self, name)
         return out
@@ -121,7 +130,8 @@ def _print(raw: Any, where: str) -> TwinPrint:
         raise _Bad(f"{where}.low must be a string, got {low!r}")
     return TwinPrint(tuple(shape), sums, int(_number(raw, "n", where, 0)), float(_number(raw, "rms", where, 0.0)),
                      int(_number(raw, "out", where, 0)), _number(raw, "s64", where), _number(raw, "sconst", where),
-                     low)
+                     low, _number(raw, "acc", where), int(_number(raw, "run_out", where, 0)),
+                     _number(raw, "run_rms", where))
 
 
 def parse_twin(section: Any) -> Twin:

@@ -136,16 +136,11 @@ class Comparison:
         if categorical or found.weights:
             self.first_divergence = found
             return
-        from .verdict.twin_verdict import usable
-
-        missing = usable(self)
-        advice = (f"{missing}: trace both with nbtrace.trace's float64 twin (measure_rounding='auto', the default) "
-                  "or compare the folder with the live port, compare(folder, port)") if missing else (
-                  "the float64 twins could not decide it either")
+        size = found.max_rel if found.max_rel is not None else max(found.stat_diffs.values(), default=0.0)
         self.unresolved = (found.module_path, (
             f"unresolved at {found.module_path}: the {found.basis} values of {found.observed_path} ({found.io} "
-            f"{found.arg}) differ by {found.max_rel if found.max_rel is not None else max(found.stat_diffs.values(), default=0):.3g} "
-            f"relative, beyond the per-element tolerance, which a correct kernel's rounding can do; {advice}"))
+            f"{found.arg}) differ by {size:.3g} relative, beyond the per-element tolerance, which a correct kernel's "
+            "rounding can do"))
         self._tolerance_finding = found
 
     def _twin_decides(self) -> None:
@@ -157,11 +152,14 @@ class Comparison:
         if self.rtol is not None or self.atol is not None:
             return
         verdict = twin_verdict(self)
-        if verdict is None:
-            return
-        self.twin = verdict
-        if verdict.state in DECIDED:
-            apply_twin(self, verdict)
+        if verdict is not None:
+            self.twin = verdict
+            if verdict.state in DECIDED:
+                apply_twin(self, verdict)
+        if self.unresolved is not None:
+            from .verdict.twin_born import advice
+
+            self.unresolved = (self.unresolved[0], f"{self.unresolved[1]}; {advice(self)}")
 
     def _noise_aware(self) -> bool:
         """Full tensors on both sides, one rank each, no tolerance given: the verdict judges against rounding."""

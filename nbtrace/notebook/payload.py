@@ -238,6 +238,9 @@ def tree_payload(
     first_row = -1
     if columns.status is not None:
         first_row = next((r for r, code in enumerate(columns.status) if code == STATUS_CODES["first"]), -1)
+        if first_row < 0:  # where an unresolved verdict stopped: the innermost call marked so, opened to
+            marked = [r for r, code in enumerate(columns.status) if code == STATUS_CODES["unresolved"]]
+            first_row = marked[-1] if marked else -1
     payload: dict[str, Any] = {
         "version": PAYLOAD_VERSION,
         "model": trace.model_name,

@@ -73,6 +73,9 @@ function rowElement({ p, t, index, selected, filtered, expanded }, i, k) {
       row.classList.add(`nbt-st-${status}`);
       row.dataset.status = status;
       if (status === "first") nameCell.append(el("span", "nbt-badge nbt-badge-first", p.vocabulary.status_words.first));
+      if (status === "unresolved" && i === p.first_divergence) {
+        nameCell.append(el("span", "nbt-badge nbt-badge-unresolved", p.vocabulary.status_words.unresolved));
+      }
     }
   }
   if (flags & (F.NONFINITE | F.ERROR)) row.classList.add("nbt-bad");

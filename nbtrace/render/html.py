@@ -153,6 +153,8 @@ def _node_row(node: Node, prefix: str, calls: int, inside: int, state: str | Non
         if state == "first":
             style += ";font-weight:bold"
             flags.insert(0, badge(f"◀ {words}", state, STATUS_MEANINGS[state]))
+        elif state == "unresolved":
+            flags.insert(0, badge(f"? {words}", state, STATUS_MEANINGS[state]))
         elif state != "match":
             flags.insert(0, muted(escape(words)) if state in ("only_a", "no_data") else escape(words))
     title = escape(node.module_path, quote=True)

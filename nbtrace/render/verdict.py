@@ -19,7 +19,9 @@ from .vocabulary import (
     DECIDED_BY_LABEL,
     DECIDED_BY_WORDS,
     NUMERICS_LABEL,
+    PRECISION_LABEL,
     AGREE_ROUNDING_SENTENCE,
+    AGREE_TWIN_SENTENCE,
     AGREE_SENTENCE,
     CONFIDENCE_WORDS,
     NOTHING_COMPARED,
@@ -180,6 +182,7 @@ class VerdictWords:
     suspects: list[str] = field(default_factory=list)  # calls that came close to a flag
     decided_by: str | None = None  # which rule decided (``Comparison.decided_by``), in words
     numerics: list[str] = field(default_factory=list)  # what each side computed with (``trace.numerics``)
+    precision: list[str] = field(default_factory=list)  # where the port's run lost what the reference's kept
 
     @property
     def lines(self) -> list[str]:
@@ -188,6 +191,7 @@ class VerdictWords:
             lines = list(self.divergence.lines)
         else:
             lines = [self.headline]
+        lines.extend(f"  {PRECISION_LABEL}: {line}" for line in self.precision)
         if self.suspects:
             lines.append(f"  {SUSPECTS_WORDS}: {', '.join(self.suspects)}")
         if self.decided_by:
@@ -212,6 +216,8 @@ def verdict_words(comparison: Any, divergence: Any = None) -> VerdictWords:
     if verdict == "diverge" and first is not None:
         words = divergence_words(first)
         headline = words.headline
+    elif verdict == "agree" and getattr(comparison, "method", None) == "twin":
+        words, headline = None, f"{VERDICT_WORDS['agree']}: {AGREE_TWIN_SENTENCE}"
     elif verdict == "agree":
         resolution = getattr(comparison, "resolution", None)
         sentence = AGREE_ROUNDING_SENTENCE.format(dtype=resolution) if resolution else AGREE_SENTENCE
@@ -236,6 +242,7 @@ def verdict_words(comparison: Any, divergence: Any = None) -> VerdictWords:
         suspects=suspects,
         decided_by=DECIDED_BY_WORDS.get(getattr(comparison, "decided_by", None) or "", None),
         numerics=numerics_lines(comparison),
+        precision=[f"{p.module_path} ({p.rule}): {p.sentence}" for p in _precision(comparison)],
     )
 
 
@@ -250,6 +257,13 @@ def numerics_lines(comparison: Any) -> list[str]:
         if words:
             lines.append(f"{side}: {'; '.join(words)}")
     return lines
+
+
+def _precision(comparison: Any) -> list:
+    try:
+        return list(getattr(comparison, "precision", []))
+    except Exception:  # noqa: BLE001 - a duck-typed comparison: none
+        return []
 
 
 def _weights(comparison: Any) -> list:

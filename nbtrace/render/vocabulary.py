@@ -26,8 +26,10 @@ STATUS_WORDS = {
     "first": "first divergence",
     "only_a": "only in a",
     "no_data": "no data",
+    "unresolved": "unresolved",
 }
-STATUS_MARKS = {"match": "ok", "diverged": "DIFF", "first": ">>>", "only_a": "only a", "no_data": "-"}
+STATUS_MARKS = {"match": "ok", "diverged": "DIFF", "first": ">>>", "only_a": "only a", "no_data": "-",
+                "unresolved": "???"}
 #: what each status means, for legends and tooltips
 STATUS_MEANINGS = {
     "match": "its tensors agree with b's",
@@ -35,6 +37,7 @@ STATUS_MEANINGS = {
     "first": "where the difference is born",
     "only_a": "no counterpart in b",
     "no_data": "nothing to compare here",
+    "unresolved": "where the verdict stopped undecided (this call, or a call inside it): see the advice",
 }
 #: a call's situation in a sentence (the detail pane's first line), by status and whether its own tensors differ
 CALL_SITUATIONS = {
@@ -44,6 +47,8 @@ CALL_SITUATIONS = {
     "match": "every tensor compared agrees",
     "only_a": "no counterpart in b: nothing was compared",
     "no_data": "nothing could be compared (no tensors on both sides, or pruned from b)",
+    "unresolved": "the verdict stopped here undecided: this call, or a call inside it, differs by more than a model "
+                  "of rounding allows, and nothing measured says whether a correct kernel could",
 }
 
 # -- colours: (light theme, dark theme) for text and stripes on the theme's own background ------------
@@ -55,6 +60,7 @@ PALETTE = {
     "first": ("#c62828", "#ffa4a4"),
     "only_a": ("#616161", "#bdbdbd"),
     "no_data": ("#616161", "#bdbdbd"),
+    "unresolved": ("#8a5a00", "#ffd54f"),
     "scale": ("#6a1b9a", "#d7a8e0"),  # a jump of scale: not a status, so not a status colour
     "bad": ("#c62828", "#ffa4a4"),  # NaN/inf, errors
 }
@@ -65,6 +71,7 @@ BADGE_COLOURS = {
     "first": "#c62828",
     "only_a": "#616161",
     "no_data": "#616161",
+    "unresolved": "#8a5a00",
     "scale": "#6a1b9a",
     "bad": "#c62828",
 }
@@ -81,6 +88,11 @@ VERDICT_COLOURS = {"agree": "match", "diverge": "first", "unresolved": "diverged
 AGREE_SENTENCE = "every compared tensor is within tolerance"
 #: the noise-aware agreement: no call adds more than rounding in the coarsest dtype compared
 AGREE_ROUNDING_SENTENCE = "no call adds a difference beyond {dtype} rounding"
+#: the twins' agreement: the two functions are the same at every call compared
+AGREE_TWIN_SENTENCE = ("the two functions agree: run in float64 from the same inputs, no call's twin differs beyond the "
+                       "twins' own measured float64 precision")
+#: where the port's run lost what the reference's kept (``Comparison.precision``)
+PRECISION_LABEL = "precision"
 NOTHING_COMPARED = "nothing could be compared (no aligned tensors with data on both sides)"
 CONFIDENCE_WORDS = {"certain": "certain", "likely": "likely"}
 #: calls the verdict found close to a flag without reaching it (``Comparison.suspects``)

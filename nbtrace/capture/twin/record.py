@@ -14,6 +14,7 @@ exception: measuring never costs the user their forward.
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -23,7 +24,8 @@ from torch import nn
 
 from ...core.ranks import call_key
 from ...core.twin import SUMS, TWIN_VERSION, TwinPrint
-from .fingerprint import KEPT, LEFT_OUT, SUMSQ
+from ..rounding_numbers import float_leaves
+from .fingerprint import KEPT, LEFT_OUT, SUMSQ, fingerprint
 from ..transfer import to_host_many
 from .forward import constants_digest, digest_text, find_valid, twin_runs
 from .values import remember, upcast
@@ -43,6 +45,9 @@ class TwinStart:
     valid: torch.Tensor | None
     tensors: dict[str, torch.Tensor] = field(default_factory=dict)  # top-level input tensors, by place
     problem: str | None = None
+    #: call name -> place -> the fingerprint of what the run itself returned, on its way to the host
+    run: dict[str, dict[str, Slot]] = field(default_factory=dict)
+    seen: dict[int, tuple[Any, Slot]] = field(default_factory=dict)
 
 
 @dataclass
@@ -55,6 +60,7 @@ class TwinNumbers:
     low: dict[str, str]
     padding: tuple[list[int], Slot] | None
     problem: str | None = None
+    run: dict[str, dict[str, Slot]] = field(default_factory=dict)  # the run's own outputs (``TwinStart.run``)
 
 
 class TwinRecorder:
@@ -94,10 +100,31 @@ class TwinRecorder:
         except Exception as exc:  # noqa: BLE001 - an input that cannot be copied leaves the forward without a twin
             return TwinStart({}, None, problem=f"its inputs could not be copied to float64 ({_describe(exc)})")
 
+    def note_run(self, start: TwinStart | None, key: str, out: Any, batch: HostBatch) -> None:
+        """Fingerprint the float outputs a call of the run returned (each tensor once): against the twin's at the
+        same call, they measure how far the run's rounding carried it (``acc``)."""
+        if start is None or start.problem is not None:
+            return
+        try:
+            found: dict[str, Slot] = {}
+            for place, tensor in float_leaves(out):
+                if tensor.numel() == 0 or tensor.is_meta or tensor.layout != torch.strided:
+                    continue
+                entry = start.seen.get(id(tensor))
+                if entry is None or entry[0]() is not tensor:
+                    entry = (weakref.ref(tensor), batch.add(fingerprint(tensor, start.valid)))
+                    start.seen[id(tensor)] = entry
+                found[place] = entry[1]
+            if found:
+                start.run[key] = found
+        except Exception:  # noqa: BLE001 - a tensor that cannot be fingerprinted is left unmeasured
+            return
+
     def done(self, start: TwinStart, out: Any, batch: HostBatch,
              observe: Callable[[str, Any], None] | None = None) -> TwinNumbers:
         """Run the twin and its perturbations after the forward returned ``out``; the numbers join ``batch``."""
-        numbers = TwinNumbers({}, {}, {}, {}, _digest(start.valid, batch), start.problem)
+        numbers = TwinNumbers({}, {}, {}, {}, _digest(start.valid, batch), start.problem, start.run)
+        start.seen = {}
         if self._constant_slots is None and self._constants is not None:
             self._constant_slots = [(head, batch.add(sums)) for head, sums in self._constants]
         if start.problem is not None:
@@ -151,8 +178,9 @@ class TwinRecorder:
                 rms = math.sqrt(values[SUMSQ] / kept) if kept and finite else 0.0
                 sums = _array(values[:SUMS]) if finite else (0.0,) * SUMS
                 left_out = int(values[LEFT_OUT]) if finite else max(int(values[LEFT_OUT]), 1)
+                acc, run_rms, run_out = _accumulated(values, numbers.run.get(key, {}).get(place))
                 entry = TwinPrint(shape, sums, kept, rms, left_out,
-                                  sensitivities[0], sensitivities[1], numbers.low.get(key))
+                                  sensitivities[0], sensitivities[1], numbers.low.get(key), acc, run_out, run_rms)
                 places[place] = entry.to_dict()
             section["calls"][key] = places
         return section
@@ -169,6 +197,23 @@ def _sensitivity(values: list[float], perturbed: Slot | None) -> float | None:
     delta = sum((a - b) ** 2 for a, b in zip(values[:SUMS], other[:SUMS]))
     found = math.sqrt(delta / kept)
     return float(f"{found:.6g}") if math.isfinite(found) else None
+
+
+def _accumulated(twin: list[float], run: Slot | None) -> tuple[float | None, float | None, int]:
+    """``(acc, run_rms, run_out)``: the RMS of the run's output against the twin's and the RMS of the run's output
+    itself (None: not measured), and how many of the run's values were left out (NaN, inf, sentinels) beyond the
+    twin's."""
+    if run is None:
+        return None, None, 0
+    values = run.values()
+    finite = all(math.isfinite(v) for v in values[:LEFT_OUT])
+    run_out = int(values[LEFT_OUT]) if finite else max(int(values[LEFT_OUT]), 1)
+    extra = max(run_out - int(twin[LEFT_OUT]), 0)
+    if not finite or values[KEPT] != twin[KEPT] or twin[KEPT] <= 0:
+        return None, None, extra
+    delta = sum((a - b) ** 2 for a, b in zip(values[:SUMS], twin[:SUMS]))
+    size = math.sqrt(values[SUMSQ] / values[KEPT])
+    return float(f"{math.sqrt(delta / twin[KEPT]):.6g}"), float(f"{size:.9g}"), extra
 
 
 def _array(values: list[float]) -> tuple[float, ...]:

@@ -31,14 +31,11 @@ from ..measure.metrics import TensorDiff, same_shape
 from ..measure.noise import DiffStats, PairStats, diff_stats, dtype_name, padding_rows, unit_roundoff
 from ..measure.measured import accumulated
 from ..measure.rounding import B_CODE, B_INPUTS, B_LEAF, CERTAIN, K_CODE, K_LEAF, accumulation, magnitude, proven
-from .weights import WeightFinding
+from .weights import WeightFinding, weight_evidence
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..comparison import Match
 
-#: weight findings that a correct conversion never shows, and the score each gives the module
-_WEIGHT_SCORES = {"transposed": 3.0, "shape": 3.0, "scaled": 3.0, "rows": 3.0, "columns": 3.0, "rounded": 3.0,
-                  "missing": 3.0, "perturbed": 2.0, "dtype": 2.0}
 UNKNOWN_INPUTS = "its inputs have no counterpart in b: what it inherited cannot be told from what it added"
 
 
@@ -269,11 +266,7 @@ class FileVerdict:
                     if path in blocks or path.startswith(tuple(b + "." for b in blocks))]
         else:
             return []
-        found = []
-        for w in held:
-            score = _WEIGHT_SCORES.get(w.kind, 2.0)
-            found.append(Evidence("weights", score, 1.0, score, f"{w.module_path}.{w.name}: {w.detail}", "weights"))
-        return found
+        return [weight_evidence(w) for w in held]
 
     # -- the whole trace -----------------------------------------------------------------
     def run(self) -> list[Finding]:
@@ -317,8 +310,7 @@ class FileVerdict:
         if open_ is not None:
             d = open_.stats
             reason = (f"unresolved at {open_.node.module_path}: differs by {d.rms:.2g} (RMS, {d.ulps:.3g} u of "
-                      f"{dtype_name(d.u)}) and nothing measured tells a correct kernel's rounding from a bug; replay "
-                      "the live port or trace with measure_rounding=True")
+                      f"{dtype_name(d.u)}) and nothing measured tells a correct kernel's rounding from a bug")
             return Verdict("files", "unresolved", open_, reason=reason, findings=findings)
         worst = max(findings, key=lambda f: f.stats.ulps if math.isfinite(f.stats.ulps) else 0.0)
         if all(f.stats.rel == 0 for f in findings):

@@ -25,7 +25,9 @@ def comparison_notes(comparison: Comparison) -> list[str]:
             "(trace with do_prune_layers=False to see every layer)"
         )
     bases = {d.basis for m in comparison.matches for d in m.diffs if d.basis}
-    if bases & {"printed", "stats"} and "tensors" not in bases:
+    if comparison.method == "twin":
+        pass  # the float64 twins decided: how values were recorded limits nothing
+    elif bases & {"printed", "stats"} and "tensors" not in bases:
         notes.append(
             "values were compared as printed (use_repr=True: 5 significant digits, the edges of big tensors), "
             "each against a per-element tolerance, which cannot tell what a call added from what it inherited: "
@@ -34,6 +36,13 @@ def comparison_notes(comparison: Comparison) -> list[str]:
     elif comparison.method == "tolerance" and (comparison.rtol is not None or comparison.atol is not None):
         notes.append("rtol/atol given: each tensor is judged against that per-element tolerance, which cannot tell "
                      "what a call added from what it inherited (leave them out for the noise-aware verdict)")
+    twin = getattr(comparison, "twin", None)
+    if twin is not None and comparison.method != "twin":
+        from .twin_born import twin_note
+
+        note = twin_note(twin)
+        if note:
+            notes.append(note)
     notes.extend(verdict_notes(comparison))
     coverage = comparison.coverage
     if coverage < MIN_COVERAGE:

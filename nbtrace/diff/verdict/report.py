@@ -7,8 +7,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # pragma: no cover
     from ..comparison import Comparison
 
-#: A call's status in a comparison; render/vocabulary.py gives each its words and colour.
-STATUSES = ("match", "diverged", "first", "only_a", "no_data")
+#: A call's status in a comparison; render/vocabulary.py gives each its words and colour. "unresolved": the call
+#: where the verdict stopped undecided (``Comparison.unresolved``), and the calls that hold it.
+STATUSES = ("match", "diverged", "first", "only_a", "no_data", "unresolved")
 
 
 def node_report(comparison: Comparison) -> list[dict[str, Any]]:
@@ -36,4 +37,10 @@ def node_report(comparison: Comparison) -> list[dict[str, Any]]:
     first = comparison.first_divergence
     if first is not None:
         rows[position[id(first.node)]]["status"] = "first"
+    open_ = getattr(comparison, "unresolved", None)
+    node = next((n for n in nodes if n.module_path == open_[0]), None) if open_ is not None and first is None else None
+    if node is not None:  # the call where the verdict stopped, and every call holding it, look undecided
+        for held in (node, *node.ancestors()):
+            if rows[position[id(held)]]["status"] in ("match", "no_data", "diverged", "only_a") or held is node:
+                rows[position[id(held)]]["status"] = "unresolved"
     return rows

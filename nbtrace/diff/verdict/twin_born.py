@@ -69,9 +69,14 @@ def _divergence(comparison: Comparison, verdict: TwinVerdict) -> FirstDivergence
     worst = event.worst
     unequal = event.unequal
     match = comparison.match_of(seen)
-    arg, b_arg = (unequal[0].arg, unequal[0].b_arg) if unequal else (worst.arg, worst.b_arg)
+    if unequal:
+        arg, b_arg = unequal[0].arg, unequal[0].b_arg
+    elif worst is not None:
+        arg, b_arg = worst.arg, worst.b_arg
+    else:  # named by its weights alone
+        arg = b_arg = "out"
     recorded = next((d for d in (match.diffs if match else []) if d.io == event.io and d.arg == arg), None)
-    evidence = [_exact_evidence(d) for d in unequal]
+    evidence = [_exact_evidence(d) for d in unequal] + list(event.weights)
     evidence += [p.evidence for p in sorted(event.decided, key=lambda p: -p.score) if p.evidence is not None]
     sure = confidence(max(e.score for e in evidence))
     if event.io == "output" and culprit is seen and not seen.children and (
@@ -157,6 +162,20 @@ def _unobserved(comparison: Comparison, verdict: TwinVerdict, culprit: Node, see
                 a.module_path in found for a in node.ancestors()):
             found.append(node.module_path)
     return found
+
+
+def advice(comparison: Comparison) -> str:
+    """What would decide an unresolved comparison, given how its two sides were traced."""
+    from .twin_verdict import usable
+
+    missing = usable(comparison)
+    if missing is not None:
+        return (f"to decide, {missing}: trace both with nbtrace.trace, which records each forward's float64 twin by "
+                "default, or compare the reference's folder with the live port, compare(folder, port)")
+    verdict = getattr(comparison, "twin", None)
+    note = twin_note(verdict) if verdict is not None else None
+    return (f"{note}; the live modules decide what the twins could not: compare(folder, port) or "
+            "compare(reference, port, inputs=...)") if note else "compare the live port, compare(folder, port)"
 
 
 def twin_note(verdict: TwinVerdict) -> str | None:

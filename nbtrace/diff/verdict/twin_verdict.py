@@ -31,6 +31,7 @@ from ...core.node import Node
 from ...core.twin import Twin, TwinPrint
 from ..measure.metrics import TensorDiff
 from .evidence import Evidence
+from .weights import weight_evidence
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..comparison import Comparison, Match
@@ -67,6 +68,7 @@ class TwinEvent:
     io: str
     pairs: list[TwinPair] = field(default_factory=list)
     exact: list[TensorDiff] = field(default_factory=list)
+    weights: list[Evidence] = field(default_factory=list)  # at a leaf's output: its weights converted wrongly
 
     @property
     def decided(self) -> list[TwinPair]:
@@ -84,7 +86,7 @@ class TwinEvent:
 
     @property
     def flagged(self) -> bool:
-        return bool(self.unequal) or any(p.score >= 1.0 for p in self.decided)
+        return bool(self.unequal) or bool(self.weights) or any(p.score >= 1.0 for p in self.decided)
 
     @property
     def worst(self) -> TwinPair | None:
@@ -214,6 +216,10 @@ UNITS = {"float32": 2.0**-24, "bfloat16": 2.0**-8, "float16": 2.0**-11, "float8_
 def _events(comparison: Comparison, twin_a: Twin, twin_b: Twin, allowance: _Allowance,
             ignore: re.Pattern[str] | None) -> list[TwinEvent]:
     events: list[TwinEvent] = []
+    weights: dict[str, list] = {}
+    for finding in comparison.weights:  # weights the fingerprints show converted wrongly: no kernel does that
+        if finding.serious:
+            weights.setdefault(finding.module_path, []).append(finding)
     stack: list[tuple[Node, bool]] = [(comparison.a.root, False)]
     while stack:
         node, done = stack.pop()
@@ -222,7 +228,9 @@ def _events(comparison: Comparison, twin_a: Twin, twin_b: Twin, allowance: _Allo
         if match is not None:
             exact = [d for d in match.diffs if d.io == io and d.ok is not None and d.rtol == 0 and d.basis != "shape"]
             event = TwinEvent(node, io, _pairs(match, io, twin_a, twin_b, allowance, ignore), exact)
-            if event.pairs or event.exact:
+            if io == "output" and not node.children:
+                event.weights = [weight_evidence(w) for w in weights.get(node.module_path, [])]
+            if event.pairs or event.exact or event.weights:
                 events.append(event)
         if not done:
             stack.append((node, True))

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...core.node import Node
+from .evidence import Evidence
 
 #: unit roundoff of the dtypes a weight can be rounded through
 UNIT_ROUNDOFF = {"float32": 2.0**-24, "bfloat16": 2.0**-8, "float16": 2.0**-11, "float8_e4m3fn": 2.0**-4}
@@ -87,6 +88,17 @@ def _same_product(finding: WeightFinding) -> WeightFinding:
     finding.kind, finding.serious = "layout", False
     finding.detail = f"{finding.detail}; the module's calls agree, so it is the other layout of the same product"
     return finding
+
+
+#: weight findings that a correct conversion never shows, and the score each gives the module
+WEIGHT_SCORES = {"transposed": 3.0, "shape": 3.0, "scaled": 3.0, "rows": 3.0, "columns": 3.0, "rounded": 3.0,
+                 "missing": 3.0, "perturbed": 2.0, "dtype": 2.0}
+
+
+def weight_evidence(finding: WeightFinding) -> Evidence:
+    """A serious weight finding as evidence for its module (``test == "weights"``)."""
+    score = WEIGHT_SCORES.get(finding.kind, 2.0)
+    return Evidence("weights", score, 1.0, score, f"{finding.module_path}.{finding.name}: {finding.detail}", "weights")
 
 
 def serious_inside(findings: list[WeightFinding], path: str) -> list[WeightFinding]:
