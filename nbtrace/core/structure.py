@@ -6,6 +6,7 @@ Questions about one call's place in the tree are ``Node`` methods; these need th
 from __future__ import annotations
 
 from .node import Node
+from .paths import split_layer_path
 from .tensor import TensorValue
 from .trace import Trace
 
@@ -27,6 +28,19 @@ def outer_layer_blocks(trace: Trace) -> list[Node]:
 def has_pruning_gaps(trace: Trace) -> bool:
     """True when layer pruning removed blocks from this trace (a gap in some stack's numbering)."""
     return any(node.pruned_layers() for node in trace.nodes() if len(node.children) >= 2)
+
+
+def shows_pruning(trace: Trace) -> bool:
+    """True when layer pruning removed blocks from this trace: a gap in a stack's numbering, or a stack whose first
+    block held is not its block 0 (the format keeps the first and the last layer block among a call's children,
+    which may belong to two stacks: an encoder's block 0 and a decoder's last)."""
+    if has_pruning_gaps(trace):
+        return True
+    first: dict[str, int] = {}
+    for node in layer_blocks(trace):
+        prefix, number = split_layer_path(node.module_path)  # type: ignore[misc]
+        first[prefix] = min(first.get(prefix, number), number)
+    return any(number > 0 for number in first.values())
 
 
 def would_be_pruned(trace: Trace) -> list[Node]:

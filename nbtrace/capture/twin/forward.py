@@ -10,7 +10,8 @@ names them) and outputs (``out``, ``out.0``, ``out.logits``) with ``fingerprint.
 The perturbed runs move the copy's stored float tensors by one rounding: ``"float64"`` every
 parameter, buffer and tensor attribute by one float64 rounding (how far float64 rounding can carry the twin:
 its own precision, measured), ``"constants"`` the float tensors the model holds outside its ``state_dict`` by
-one rounding of their own dtype (rotary frequencies an implementation computes for itself). The difference of
+one rounding of their own dtype, of each value's size plus the table's RMS (rotary frequencies, sinusoid tables an
+implementation computes for itself: computed in their dtype, they err near their zeros too). The difference of
 the fingerprints of a perturbed run and of the twin measures each call's sensitivity to it.
 
 The caller keeps a generation's twin cache going with ``values.remember(known, output, twin output)``.
@@ -212,7 +213,11 @@ def _perturb(live: nn.Module, wide: nn.Module, kind: str) -> None:
     with torch.no_grad(), torch._C.DisableTorchFunction():
         for name, tensor, dtype in named:
             unit = _UNIT.get(dtype, 2.0**-53)
-            tensor.mul_(1 + unit * _noise(tensor.numel(), zlib.crc32(name.encode()), tensor.device).view(tensor.shape))
+            noise = _noise(tensor.numel(), zlib.crc32(name.encode()), tensor.device).view(tensor.shape)
+            if kind == "float64":
+                tensor.mul_(1 + unit * noise)
+            else:  # a table computed in its dtype errs by its values' scale, near its zeros too (sin, cos)
+                tensor.add_(unit * noise * (tensor.abs() + tensor.square().mean().sqrt()))
 
 
 _NOISE: dict[torch.device, torch.Tensor] = {}

@@ -37,10 +37,10 @@ def comparison_notes(comparison: Comparison) -> list[str]:
         notes.append("rtol/atol given: each tensor is judged against that per-element tolerance, which cannot tell "
                      "what a call added from what it inherited (leave them out for the noise-aware verdict)")
     twin = getattr(comparison, "twin", None)
-    if twin is not None and comparison.method != "twin":
-        from .twin_born import twin_note
+    if twin is not None:
+        from .twin_born import constants_note, twin_note
 
-        note = twin_note(twin)
+        note = twin_note(twin) if comparison.method != "twin" else constants_note(twin)
         if note:
             notes.append(note)
     notes.extend(verdict_notes(comparison))

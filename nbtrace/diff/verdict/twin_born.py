@@ -14,11 +14,12 @@ import math
 from typing import TYPE_CHECKING
 
 from ...core.node import Node
+from ...core.structure import shows_pruning
 from ..measure.metrics import TensorDiff
 from ..measure.rounding import SUSPECT, brief, confidence
 from .divergence import FirstDivergence, b_only_between
 from .evidence import CallDifference, Evidence
-from .twin_verdict import U64, TwinVerdict
+from .twin_verdict import CONSTANT_ROUNDINGS, U64, TwinVerdict
 from .weights import serious_inside
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -88,6 +89,12 @@ def _divergence(comparison: Comparison, verdict: TwinVerdict) -> FirstDivergence
     good = verdict.good.index_in(events) if verdict.good is not None else -1
     gap = seen.gap_before() if event.io == "input" else None
     pruned = (f"{gap.prefix}.{gap.first}", f"{gap.prefix}.{gap.last}") if gap is not None else None
+    if pruned is None:  # layer blocks b's trace pruned, which a holds: they ran in between, unseen
+        set_aside = {id(n) for n in comparison._pruned_a}
+        b_pruned = shows_pruning(comparison.b)
+        blocks = [n.module_path for n in culprit.walk() if n.module_path in unobserved
+                  and (id(n) in set_aside or b_pruned and n.is_layer_block)]
+        pruned = (blocks[0], blocks[-1]) if blocks else None
     result = FirstDivergence.blaming(
         comparison, culprit,
         observed_path=seen.module_path, io=event.io, arg=arg, b_arg=b_arg,
@@ -119,9 +126,9 @@ def _reason(verdict: TwinVerdict, culprit: Node, seen: Node, arg: str, unobserve
     if pruned is not None:
         before = seen.previous_sibling()
         after = f"between {before.module_path} and {seen.module_path}" if before else f"before {seen.module_path}"
-        return (f"born {after}: the layer blocks {pruned[0]} … {pruned[1]} in between were pruned (trace with "
-                f"do_prune_layers=False to see which), or in {culprit.module_path}'s own code around them; run in "
-                f"float64 from the same inputs, everything before agrees and the input {arg} of {seen.module_path} "
+        return (f"born {after}: the layer blocks {pruned[0]} … {pruned[1]} in between were pruned from a trace "
+                f"(trace with do_prune_layers=False to see which), or in {culprit.module_path}'s own code around them; "
+                f"run in float64 from the same inputs, everything before agrees and the input {arg} of {seen.module_path} "
                 "differs")
     if event.io == "output" and culprit is seen:
         if verdict.good is not None and verdict.good.node is seen:
@@ -183,6 +190,19 @@ def twin_note(verdict: TwinVerdict) -> str | None:
     if verdict.state != "open" or verdict.open_at is None:
         return None
     return f"the float64 twins decided nothing from {verdict.open_at.module_path} on: {verdict.note}"
+
+
+def constants_note(verdict: TwinVerdict) -> str | None:
+    """Where the two sides' float constants differ, how much of a difference of function their rounding hides."""
+    if not verdict.constants_differ:
+        return None
+    last = next((e for e in reversed(verdict.events) if e.decided), None)
+    pair = max(last.decided, key=lambda p: p.evidence.threshold) if last is not None else None
+    size = pair.evidence.threshold / pair.a.rms if pair is not None and pair.a.rms else None
+    hidden = f" (up to {size:.2g} relative at {last.node.module_path})" if size is not None else ""
+    return ("the float constants each side computed for itself differ (a rotary or position table held by one side, "
+            "computed in the forward by the other, or by other arithmetic): the twins allow up to "
+            f"{CONSTANT_ROUNDINGS:g} of their roundings{hidden}, and a smaller difference of function is not seen")
 
 
 

@@ -1,0 +1,61 @@
+"""An encoder-decoder of our own (tests/models/encdec.py: a convolutional front-end over mel frames, cross-attention)
+against a port written the other way (fused projections, sdpa, positions computed on the fly, other names), traced
+with nbtrace.trace's defaults in float32 (printed values, pruned layers, the float64 twin): the correct port agrees,
+each planted bug is named at its module, or bracketed by the layer blocks pruning removed from one side."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import nbtrace
+from tests.models import encdec as ed
+from tests.models.precision import one_thread  # noqa: F401  (a module fixture: one torch thread)
+
+
+def _folder(model, x, folder, **options):
+    with torch.no_grad(), nbtrace.trace(model, debug_path=folder, **options):
+        model(*x)
+    return folder
+
+
+@pytest.fixture(scope="module", params=[0, 1], ids=["seed0", "seed1"])
+def case(request, tmp_path_factory):
+    seed = request.param
+    base = tmp_path_factory.mktemp(f"encdec{seed}")
+    original, x = ed.build(seed), ed.inputs(seed)
+    return original, x, _folder(original, x, base / "original"), base
+
+
+def test_the_correct_port_agrees(case):
+    original, x, reference, base = case
+    c = nbtrace.compare(reference, _folder(ed.Port.from_original(original), x, base / "clean"), rename=ed.RENAME)
+    assert c.verdict == "agree" and c.decided_by == "float64 twins", c.summary()
+    # the port's sinusoid table is its own (computed in each forward): the constants differ, and the notes say so
+    assert c.twin.constants_differ and any("constants" in note for note in c.notes)
+
+
+@pytest.mark.parametrize("bug", ["gelu_tanh", "enc_norm_eps", "position_offset"])
+def test_a_bug_is_named_at_its_module(case, bug):
+    original, x, reference, base = case
+    port = ed.Port.from_original(original, {bug})
+    c = nbtrace.compare(reference, _folder(port, x, base / bug), rename=ed.RENAME)
+    assert c.first_divergence is not None and c.first_divergence.module_path == ed.BUGS[bug], c.summary()
+
+
+def test_cross_attention_without_its_scale(case):
+    """The port's trace pruned its first decoder layer (transformers' rule keeps the first and the last layer block
+    of the model): from the default folders the bug is bracketed between the calls both sides hold; unpruned, live,
+    or both live, it is named at the cross-attention."""
+    original, x, reference, base = case
+    port = ed.Port.from_original(original, {"cross_scale"})
+    pruned = nbtrace.compare(reference, _folder(port, x, base / "cross"), rename=ed.RENAME).first_divergence
+    assert pruned is not None and not pruned.exact and pruned.pruned[0] == f"{ed.ROOT}.decoder.layers.0"
+    assert pruned.module_path == f"{ed.ROOT}.decoder"
+    whole = _folder(port, x, base / "cross-all", do_prune_layers=False)
+    everything = _folder(original, x, base / "original-all", do_prune_layers=False)
+    named = nbtrace.compare(everything, whole, rename=ed.RENAME).first_divergence
+    assert named.module_path == ed.BUGS["cross_scale"] and named.exact
+    assert nbtrace.compare(reference, port, rename=ed.RENAME).first_divergence.module_path == ed.BUGS["cross_scale"]
+    live = nbtrace.compare(original, port, inputs=(x, {}), rename=ed.RENAME)
+    assert live.first_divergence.module_path == ed.BUGS["cross_scale"] and live.replay.both_live
