@@ -41,7 +41,8 @@ def _demo(layers: int, scaled: bool):
 
 
 def _traced(model, inputs, folder: Path, use_repr: bool = False) -> Path:
-    with torch.no_grad(), nbtrace.trace(model, debug_path=folder, use_repr=use_repr, do_prune_layers=False):
+    with torch.no_grad(), nbtrace.trace(model, debug_path=folder, use_repr=use_repr, do_prune_layers=False,
+                                        measure_rounding=False):
         model(**inputs)
     return folder
 

@@ -64,7 +64,7 @@ def memory(args: argparse.Namespace) -> dict[str, float]:
         else:
             Path("/proc/self/clear_refs").write_text("5")  # reset the peak
             out["baseline_mb"] = _status_kb("VmRSS") / 1e3
-        options = {"use_repr": not args.safetensors, "do_prune_layers": False}
+        options = {"use_repr": not args.safetensors, "do_prune_layers": False, "measure_rounding": False}
         with nbtrace.trace(model, debug_path=folder, **options) as rec, torch.no_grad():
             model.generate(prompt, max_new_tokens=args.steps, do_sample=False)
         gc.collect()
@@ -95,7 +95,8 @@ def timing(args: argparse.Namespace) -> dict[str, float]:
         stamps.clear()
         with tempfile.TemporaryDirectory() as folder, torch.no_grad():
             if traced:
-                with nbtrace.trace(model, debug_path=folder, use_repr=not args.safetensors, do_prune_layers=False):
+                with nbtrace.trace(model, debug_path=folder, use_repr=not args.safetensors, do_prune_layers=False,
+                                   measure_rounding=False):
                     model.generate(prompt, max_new_tokens=args.steps, do_sample=False)
             else:
                 model.generate(prompt, max_new_tokens=args.steps, do_sample=False)
@@ -114,7 +115,8 @@ def timing(args: argparse.Namespace) -> dict[str, float]:
             cache = type(cache_run.past_key_values)(config=model.config)
             model(prompt, past_key_values=cache)
             start = time.perf_counter()
-            with nbtrace.trace(model, debug_path=folder, use_repr=not args.safetensors, do_prune_layers=False):
+            with nbtrace.trace(model, debug_path=folder, use_repr=not args.safetensors, do_prune_layers=False,
+                               measure_rounding=False):
                 model(token, past_key_values=cache)
             singles.append((time.perf_counter() - start) * 1e3)
     early, late = slice(1, 11), slice(len(traced) - 10, len(traced))

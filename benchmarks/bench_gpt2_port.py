@@ -51,12 +51,14 @@ def run(seeds: list[int], dtypes: list[str]) -> dict[str, int]:
             original = build_original(DTYPES[dtype], seed=seed)
             inputs = make_inputs(seed)
             a = folder / f"{seed}-{dtype}-ref"
-            with torch.no_grad(), nbtrace.trace(original, debug_path=a, use_repr=False, do_prune_layers=False):
+            with torch.no_grad(), nbtrace.trace(original, debug_path=a, use_repr=False, do_prune_layers=False,
+                                                measure_rounding=False):
                 original(**inputs)
             for bug in (None, *BUGS):
                 port = build_port(original, bug)
                 b = folder / f"{seed}-{dtype}-{bug}"
-                with torch.no_grad(), nbtrace.trace(port, debug_path=b, use_repr=False, do_prune_layers=False):
+                with torch.no_grad(), nbtrace.trace(port, debug_path=b, use_repr=False, do_prune_layers=False,
+                                                    measure_rounding=False):
                     port(inputs["input_ids"])
                 for mode, other in (("files", b), ("replay", port)):
                     for rename in (RENAME, None):

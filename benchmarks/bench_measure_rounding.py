@@ -1,4 +1,5 @@
-"""What ``measure_rounding`` costs: a traced forward with it off, ``"leaves"`` and ``True``, side by side.
+"""What ``measure_rounding`` costs: a traced forward with it off, ``"twin"`` (what ``"auto"``, the default, records
+where the model's float64 copy fits), ``"leaves"`` and ``True``, side by side, with the plain forward beside them.
 
 transformers' ``LlamaForCausalLM`` built from a config (seed 0, nothing downloaded), eager attention,
 4 layers, hidden 256, intermediate 688, 4 heads, vocabulary 4096, 128 tokens, CPU, under
@@ -23,7 +24,7 @@ from pathlib import Path
 import torch
 
 TOKENS = 128
-OPTIONS = {"off": False, "leaves": "leaves", "True": True}
+OPTIONS = {"off": False, "twin": "twin", "leaves": "leaves", "True": True}
 
 
 def build(dtype: torch.dtype):
@@ -41,11 +42,15 @@ def measure(dtype: torch.dtype, rounds: int, scratch: Path) -> dict[str, float]:
     import nbtrace
 
     model, ids = build(dtype)
-    times: dict[str, list[float]] = {name: [] for name in OPTIONS}
+    times: dict[str, list[float]] = {name: [] for name in (*OPTIONS, "plain")}
 
     def run(name: str) -> float:
         folder = scratch / name
         start = time.perf_counter()
+        if name == "plain":
+            with torch.no_grad():
+                model(ids, use_cache=False)
+            return time.perf_counter() - start
         with torch.no_grad(), nbtrace.trace(model, folder, do_prune_layers=False, use_repr=False,
                                             measure_rounding=OPTIONS[name]):
             model(ids, use_cache=False)
@@ -53,10 +58,10 @@ def measure(dtype: torch.dtype, rounds: int, scratch: Path) -> dict[str, float]:
         shutil.rmtree(folder, ignore_errors=True)
         return elapsed
 
-    for name in OPTIONS:  # warm-up
+    for name in times:  # warm-up
         run(name)
     for _ in range(rounds):
-        order = list(OPTIONS)
+        order = list(times)
         random.shuffle(order)
         for name in order:
             times[name].append(run(name))
@@ -71,14 +76,18 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     print(f"medians of {args.rounds} interleaved rounds\n")
-    print("| dtype | traced forward ms | leaves ms | × traced | True ms | × traced |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print("| dtype | plain ms | traced (off) ms | twin ms | × traced | × plain | leaves ms | × traced | True ms "
+          "| × traced |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as scratch:
         for dtype in (torch.float32, torch.bfloat16):
             found = measure(dtype, args.rounds, Path(scratch))
-            base = found["off"]
-            print(f"| {str(dtype)[6:]} | {base * 1e3:.0f} | {found['leaves'] * 1e3:.0f} | {found['leaves'] / base:.2f} "
-                  f"| {found['True'] * 1e3:.0f} | {found['True'] / base:.2f} |", flush=True)
+            base, plain = found["off"], found["plain"]
+            cells = [f"{plain * 1e3:.0f}", f"{base * 1e3:.0f}", f"{found['twin'] * 1e3:.0f}",
+                     f"{found['twin'] / base:.2f}", f"{found['twin'] / plain:.2f}"]
+            for name in ("leaves", "True"):
+                cells += [f"{found[name] * 1e3:.0f}", f"{found[name] / base:.2f}"]
+            print(f"| {str(dtype)[6:]} | " + " | ".join(cells) + " |", flush=True)
 
 
 if __name__ == "__main__":

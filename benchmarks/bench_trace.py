@@ -146,7 +146,7 @@ def safetensors_alone(case: Case, model, inputs, scratch: Path, prune: bool) -> 
     from safetensors.torch import load_file, save_file
 
     folder = scratch / "collect"
-    with nbtrace.trace(model, debug_path=folder, do_prune_layers=prune, use_repr=False):
+    with nbtrace.trace(model, debug_path=folder, do_prune_layers=prune, use_repr=False, measure_rounding=False):
         with grad_mode(case):
             model(**inputs)
     tensors = {p.name: load_file(p)["data"] for p in folder.glob("*.safetensors")}
