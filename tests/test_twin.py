@@ -148,7 +148,7 @@ def test_a_malformed_twin_section_names_the_sidecar(tmp_path):
     document = json.loads(path.read_text())
     document["sections"]["twin"]["calls"]["Sequential.0"]["out"]["p"] = "not base64!"
     path.write_text(json.dumps(document))
-    with pytest.raises(TraceFormatError, match="NBTRACE.json.*bad 'twin' section.*base64"):
+    with pytest.raises(TraceFormatError, match="NBTRACE.json.*bad .twin. section.*base64 of 16 float64"):
         nbtrace.load_trace(tmp_path).twin
 
 

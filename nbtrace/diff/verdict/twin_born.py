@@ -44,9 +44,12 @@ def apply_twin(comparison: Comparison, verdict: TwinVerdict) -> None:
                                                                     for p, _ in comparison.suspects):
             comparison.suspects.append((event.node.module_path, best.score))
     by_place = {(id(e.node), p.io, p.arg): p for e in verdict.events for p in e.decided}
+    by_call: dict[int, list] = {}
+    for e in verdict.events:
+        by_call.setdefault(id(e.node), []).extend(e.decided)
     for match in comparison.matches:
         score = scores.get(id(match.a))
-        pairs = [p for (key, _, _), p in by_place.items() if key == id(match.a)]
+        pairs = by_call.get(id(match.a), [])
         if score is None:
             match.difference = None
         else:
