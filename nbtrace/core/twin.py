@@ -12,6 +12,8 @@ float64 functions; the RMS of their difference at a call is estimated from the f
                                              "n": kept, "rms": x, "out": k, "s64": x, "sconst": x, "low": "...",
                                              "acc": x, "run_rms": x, "run_out": k}}}}
 
+Calls pruning left out of the files are kept too, and ``events`` then lists every call's start (``"(" + name``)
+and end (``")" + name``) in the order the twin made them, so a verdict can name a module inside pruned layers.
 ``n`` elements were kept (padding rows, NaNs and sentinels left out: ``out`` of them), ``rms`` is their RMS;
 ``acc`` the RMS of what the run itself returned there against the twin (the rounding it accumulated, estimated
 from the fingerprints; outputs only), ``run_rms`` the RMS of the run's output (exact), ``run_out`` how many NaN,
@@ -91,6 +93,8 @@ class Twin:
     padding: str | None = None
     constants: tuple[str, ...] = ()
     skipped: str | None = None
+    #: where pruning left calls out of the files: every call's start ``"(" + name`` and end ``")" + name``, in order
+    events: tuple[str, ...] = ()
 
     def of(self, node: Node) -> dict[str, TwinPrint]:
         """Place -> fingerprint of one call (empty when the twin did not see it)."""
@@ -151,7 +155,10 @@ def parse_twin(section: Any) -> Twin:
     for key in ("padding", "skipped"):
         if section.get(key) is not None and not isinstance(section.get(key), str):
             raise _Bad(f"'{key}' must be a string or null")
-    return Twin(parsed, section.get("padding"), tuple(constants), section.get("skipped"))
+    events = section.get("events", [])
+    if not isinstance(events, list) or not all(isinstance(e, str) and e[:1] in ("(", ")") for e in events):
+        raise _Bad("'events' must be a list of strings starting with '(' or ')'")
+    return Twin(parsed, section.get("padding"), tuple(constants), section.get("skipped"), tuple(events))
 
 
 def twin_of(trace: Trace) -> Twin | None:

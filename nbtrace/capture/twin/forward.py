@@ -49,6 +49,8 @@ class TwinRun:
     #: call name -> the first operation that stayed narrower than float64 before the call ended
     low: dict[str, str] = field(default_factory=dict)
     order: list[str] = field(default_factory=list)  # call names in the order they ended
+    #: every call's start ("(" + name) and end (")" + name), in the order they happened
+    events: list[str] = field(default_factory=list)
 
 
 def find_valid(args: tuple, kwargs: dict[str, Any]) -> torch.Tensor | None:
@@ -109,12 +111,14 @@ def twin_runs(model: nn.Module, inputs: dict[str | None, tuple[tuple, dict[str, 
         state.begin(observe if kind is None else None)
         with float64_twin() as mode:
             state.mode = mode
+            state.result.events.append("(" + class_name)
             root = _prints_of_inputs(args, kwargs, state)
             out = run(wide, *args, **kwargs) if run is not None else wide(*args, **kwargs)
             root.update(_prints_of_output(out, state))
             _note(state, class_name, root)
             if state.observe is not None:
-                state.observe(class_name, out)
+                with torch._C.DisableTorchFunction():
+                    state.observe(class_name, out)
         results[kind] = state.result, out
     return results
 
@@ -137,12 +141,14 @@ def _collector(path: str, inner: Callable, counts: dict[str, int], state: _State
     def collect(*args: Any, **kwargs: Any) -> Any:
         count = counts[path] = counts.get(path, 0) + 1
         key = path if count == 1 else f"{path}@{count}"
+        state.result.events.append("(" + key)
         prints = _prints_of_inputs(args, kwargs, state)
         out = inner(*args, **kwargs)
         prints.update(_prints_of_output(out, state))
         _note(state, key, prints)
         if state.observe is not None:
-            state.observe(key, out)
+            with torch._C.DisableTorchFunction():  # the observer's own operations are not the twin's
+                state.observe(key, out)
         return out
 
     return collect
@@ -152,6 +158,7 @@ def _note(state: _State, key: str, prints: dict[str, Any]) -> None:
     result = state.result
     result.calls[key] = prints
     result.order.append(key)
+    result.events.append(")" + key)
     if state.mode is not None and state.mode.low:
         name, dtype = state.mode.low[0]
         result.low[key] = f"{name} returned {dtype}"

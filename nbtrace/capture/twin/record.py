@@ -61,6 +61,7 @@ class TwinNumbers:
     padding: tuple[list[int], Slot] | None
     problem: str | None = None
     run: dict[str, dict[str, Slot]] = field(default_factory=dict)  # the run's own outputs (``TwinStart.run``)
+    events: list[str] = field(default_factory=list)  # the twin's calls starting and ending, in order
 
 
 class TwinRecorder:
@@ -139,7 +140,7 @@ class TwinRecorder:
         finally:
             start.inputs = {}
         twin = runs[None][0]
-        numbers.low = twin.low
+        numbers.low, numbers.events = twin.low, twin.events
         for key, places in twin.calls.items():
             numbers.shapes[key] = {place: shape for place, (shape, _) in places.items()}
             numbers.slots[key] = {place: batch.add(values) for place, (_, values) in places.items()}
@@ -161,7 +162,11 @@ class TwinRecorder:
             shape, slot = numbers.padding
             section["padding"] = f"{shape}:" + ":".join(f"{int(v) & 0xFFFFFFFFFFFFFFFF:x}" for v in slot.values())
         wanted = _call_names(root)
-        for key in wanted:
+        written = set(wanted)
+        hidden = [key for key in numbers.slots if key not in written]  # calls pruning left out of the files
+        if hidden:  # kept too, with the order of every call's start and end, so a verdict can look inside
+            section["events"] = numbers.events
+        for key in wanted + hidden:
             slots = numbers.slots.get(key)
             if not slots:
                 continue

@@ -19,6 +19,7 @@ from ..measure.metrics import TensorDiff
 from ..measure.rounding import SUSPECT, brief, confidence
 from .divergence import FirstDivergence, b_only_between
 from .evidence import CallDifference, Evidence
+from .twin_calls import Counterparts, HiddenCall
 from .twin_verdict import CONSTANT_ROUNDINGS, U64, TwinVerdict
 from .weights import serious_inside
 
@@ -72,7 +73,7 @@ def _divergence(comparison: Comparison, verdict: TwinVerdict) -> FirstDivergence
     culprit, seen = verdict.culprit, event.node
     worst = event.worst
     unequal = event.unequal
-    match = comparison.match_of(seen)
+    match = comparison.match_of(seen) if isinstance(seen, Node) else None
     if unequal:
         arg, b_arg = unequal[0].arg, unequal[0].b_arg
     elif worst is not None:
@@ -90,16 +91,19 @@ def _divergence(comparison: Comparison, verdict: TwinVerdict) -> FirstDivergence
     events = verdict.events
     bad = event.index_in(events)
     good = verdict.good.index_in(events) if verdict.good is not None else -1
-    gap = seen.gap_before() if event.io == "input" else None
-    pruned = (f"{gap.prefix}.{gap.first}", f"{gap.prefix}.{gap.last}") if gap is not None else None
-    if pruned is None:  # layer blocks b's trace pruned, which a holds: they ran in between, unseen
+    pruned = None
+    if not comparison.a.twin.events:  # pruned blocks the twin kept nothing of: they can only be bracketed
+        gap = seen.gap_before() if event.io == "input" and isinstance(seen, Node) else None
+        pruned = (f"{gap.prefix}.{gap.first}", f"{gap.prefix}.{gap.last}") if gap is not None else None
+    holder = culprit.visible() if isinstance(culprit, HiddenCall) else culprit
+    if pruned is None and isinstance(holder, Node):  # layer blocks b's trace pruned, which a holds, unseen
         set_aside = {id(n) for n in comparison._pruned_a}
-        b_pruned = shows_pruning(comparison.b)
-        blocks = [n.module_path for n in culprit.walk() if n.module_path in unobserved
+        b_pruned = shows_pruning(comparison.b) and not comparison.b.twin.events
+        blocks = [n.module_path for n in holder.walk() if n.module_path in unobserved
                   and (id(n) in set_aside or b_pruned and n.is_layer_block)]
         pruned = (blocks[0], blocks[-1]) if blocks else None
     result = FirstDivergence.blaming(
-        comparison, culprit,
+        comparison, holder,
         observed_path=seen.module_path, io=event.io, arg=arg, b_arg=b_arg,
         basis=recorded.basis if recorded else "twin",
         max_abs=recorded.max_abs if recorded else None,
@@ -110,7 +114,15 @@ def _divergence(comparison: Comparison, verdict: TwinVerdict) -> FirstDivergence
         reason="", unobserved=unobserved, confidence=sure, evidence=evidence[:3],
         exact=pruned is None, pruned=pruned, b_only_between=b_only_between(comparison, events, good, bad),
     )
+    if isinstance(culprit, HiddenCall):  # named from the twins inside layers the files do not hold
+        result.module_path, result.call_index = culprit.module_path, culprit.call_index
+    if isinstance(culprit, HiddenCall) or result.b_path is None:  # b's counterpart may be pruned from its files
+        b_key, _ = Counterparts(comparison, comparison.b.twin).of(culprit)
+        result.b_path = b_key.split("@", 1)[0] if b_key else None
     result.reason = _reason(verdict, culprit, seen, arg, unobserved, pruned) + f" ({sure}: {brief(evidence[0])})"
+    if isinstance(culprit, HiddenCall):
+        result.reason += (f"; pruning left {culprit.module_path} out of the files: the float64 twins kept it, and "
+                          f"the tree marks {holder.module_path}, which holds it")
     result.weights = serious_inside(comparison.weights, culprit.module_path)
     return result
 
@@ -155,7 +167,7 @@ def _reason(verdict: TwinVerdict, culprit: Node, seen: Node, arg: str, unobserve
     return text
 
 
-def _unobserved(comparison: Comparison, verdict: TwinVerdict, culprit: Node, seen: Node) -> list[str]:
+def _unobserved(comparison: Comparison, verdict: TwinVerdict, culprit, seen) -> list[str]:
     """a's calls inside the blamed one, between the last agreeing event and the flagged one, that nothing
     compared (outermost ones)."""
     compared = {id(e.node) for e in verdict.events if e.compared}

@@ -28,9 +28,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ...core.node import Node
+from ...core.ranks import call_key
 from ...core.twin import Twin, TwinPrint
 from ..measure.metrics import TensorDiff
 from .evidence import Evidence
+from .twin_calls import Counterparts, call_events
 from .weights import weight_evidence
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -225,36 +227,37 @@ UNITS = {"float32": 2.0**-24, "bfloat16": 2.0**-8, "float16": 2.0**-11, "float8_
 
 def _events(comparison: Comparison, twin_a: Twin, twin_b: Twin, allowance: _Allowance,
             ignore: re.Pattern[str] | None) -> list[TwinEvent]:
+    """Every compared event of a's calls, in the order the twin made them (calls pruning left out of the files
+    included: ``twin_calls.py``)."""
     events: list[TwinEvent] = []
     weights: dict[str, list] = {}
     for finding in comparison.weights:  # weights the fingerprints show converted wrongly: no kernel does that
         if finding.serious:
             weights.setdefault(finding.module_path, []).append(finding)
-    stack: list[tuple[Node, bool]] = [(comparison.a.root, False)]
-    while stack:
-        node, done = stack.pop()
-        io = "output" if done else "input"
-        match = comparison.match_of(node)
-        if match is not None:
-            exact = [d for d in match.diffs if d.io == io and d.ok is not None and d.rtol == 0 and d.basis != "shape"]
-            event = TwinEvent(node, io, _pairs(match, io, twin_a, twin_b, allowance, ignore), exact)
-            if io == "output" and not node.children:
-                event.weights = [weight_evidence(w) for w in weights.get(node.module_path, [])]
-            if event.pairs or event.exact or event.weights:
-                events.append(event)
-        if not done:
-            stack.append((node, True))
-            stack.extend((child, False) for child in reversed(node.children))
+    counterparts = Counterparts(comparison, twin_b)
+    for call, io in call_events(comparison, twin_a):
+        b_key, theirs = counterparts.of(call)
+        if b_key is None:
+            continue
+        mine = twin_a.calls.get(call_key(call.module_path, call.call_index), {})
+        match = comparison.match_of(call) if isinstance(call, Node) else None
+        exact = [d for d in match.diffs if d.io == io and d.ok is not None and d.rtol == 0
+                 and d.basis != "shape"] if match is not None else []
+        event = TwinEvent(call, io, _pairs(mine, theirs, io, allowance, ignore), exact)
+        if io == "output" and not call.children:
+            event.weights = [weight_evidence(w) for w in weights.get(call.module_path, [])]
+        if event.pairs or event.exact or event.weights:
+            events.append(event)
     return events
 
 
-def _pairs(match: Match, io: str, twin_a: Twin, twin_b: Twin, allowance: _Allowance,
+def _pairs(mine_all: dict[str, TwinPrint], theirs_all: dict[str, TwinPrint], io: str, allowance: _Allowance,
            ignore: re.Pattern[str] | None) -> list[TwinPair]:
     """The tensors of one event paired: by place name where both have it with as many elements, else in order
     among those of equal size; places the ``ignore`` pattern names are left out."""
     prefix = "out" if io == "output" else ("args.", "kwargs.")
-    mine = [(p, t) for p, t in twin_a.of(match.a).items() if p.startswith(prefix) and not _ignored(p, ignore)]
-    theirs = [(p, t) for p, t in twin_b.of(match.b).items() if p.startswith(prefix) and not _ignored(p, ignore)]
+    mine = [(p, t) for p, t in mine_all.items() if p.startswith(prefix) and not _ignored(p, ignore)]
+    theirs = [(p, t) for p, t in theirs_all.items() if p.startswith(prefix) and not _ignored(p, ignore)]
     pairs, used = [], set()
     for place, print_a in mine:
         pick = next((k for k, (q, t) in enumerate(theirs) if k not in used and q == place and t.numel == print_a.numel),
