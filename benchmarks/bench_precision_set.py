@@ -13,8 +13,8 @@ an sdpa port with the same weights and at most one of eight classic bugs. Paths:
 - ``live``: both modules live.
 
 A case is graded ``ok`` (agrees without a bug, names the bug's module), ``unresolved`` (no module named),
-``FALSE ALARM`` (a module named without a bug), ``WRONG`` (another module named), ``miss`` (a bug that changes the
-function, not named) or ``precision`` (a bug that only rounds more, such as an RMSNorm without its float32
+``FALSE ALARM`` (a module named without a bug), ``WRONG`` (another module named), ``bracketed`` (pruned layer blocks
+in between, the module holding them named), ``miss`` (a bug that changes the function, not named) or ``precision`` (a bug that only rounds more, such as an RMSNorm without its float32
 upcast: the same function; ``ok`` when the verdict agrees). Prints a table, then counts per path and dtype.
 """
 
@@ -48,16 +48,21 @@ def _trace(model, inputs, folder: Path, path: str) -> Path:
     return folder
 
 
-def grade(expected: str | None, same_function: bool, verdict: str, named: str | None) -> str:
+def grade(expected: str | None, same_function: bool, verdict: str, named: str | None,
+          pruned: tuple[str, str] | None = None) -> str:
     if same_function:
         return "ok" if named is None else "FALSE ALARM"
     if named is None:
-        if expected is None:
+        if expected is None or verdict == "unresolved":
             return "ok" if verdict == "agree" else "unresolved"
         return "miss"
     if expected is None:
         return "FALSE ALARM"
-    return "ok" if named == expected else "WRONG"
+    if named == expected:
+        return "ok"
+    if pruned is not None and expected.startswith(named + "."):
+        return "bracketed"  # pruned layer blocks in between, held by the module named: not a wrong module
+    return "WRONG"
 
 
 def run(dtype: str, seed: int, tmp: Path, paths: list[str]) -> list[tuple[str, str, str, str]]:
@@ -79,8 +84,10 @@ def run(dtype: str, seed: int, tmp: Path, paths: list[str]) -> list[tuple[str, s
             else:
                 c = nbtrace.compare(_trace(reference, inputs, folder / "a", path),
                                     _trace(port, inputs, folder / "b", path))
-            named = c.first_divergence.module_path if c.first_divergence is not None else None
-            rows.append((case.name, path, grade(expected, same, c.verdict, named), named or c.verdict))
+            first = c.first_divergence
+            named = first.module_path if first is not None else None
+            pruned = first.pruned if first is not None else None
+            rows.append((case.name, path, grade(expected, same, c.verdict, named, pruned), named or c.verdict))
     return rows
 
 
@@ -102,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
                 for name, path, mark, named in run(dtype, seed, Path(tmp), paths):
                     counts[(path, dtype)][mark] += 1
                     counts[(path, dtype)]["cases"] += 1
-                    shown = mark if mark in ("ok", "miss", "unresolved") else f"{mark} {named}"
+                    shown = mark if mark in ("ok", "miss", "unresolved", "bracketed") else f"{mark} {named}"
                     table[name].append(shown)
                 for name, cells in table.items():
                     line = f"| {dtype} | {seed} | {name} | " + " | ".join(cells) + " |"

@@ -92,6 +92,22 @@ def test_a_decode_only_bug_is_named_with_its_step_and_module(runs, bug, source):
     assert f"first diverging step: {step}" in c.summary() and module in c.summary()
 
 
+@pytest.mark.parametrize("bug", [None, *Bug], ids=lambda b: b.value if b else "clean")
+def test_default_traces_of_generate_name_the_module_and_the_step(runs, bug):
+    """Traced with nbtrace.trace's defaults (printed values, layer 1 of 3 pruned, the float64 twin), each step's
+    twin carries on from the previous step's float64 KV cache: the clean port agrees at every step, and a
+    decode-only bug is named at its own module in the step it is born (the rotary embedding whose positions are
+    one off, not the first attention that reads them from the cache), inside the pruned layer too."""
+    options = {"use_repr": True, "do_prune_layers": True, "measure_rounding": "auto"}
+    a = runs("reference", **options)[0]
+    c = nbtrace.compare(a, runs("clean" if bug is None else bug.value, **options)[0])
+    if bug is None:
+        assert c.agree and [s.status for s in c.steps] == ["match"] * STEPS, c.summary()
+        return
+    module, step = BUG_SITES[bug]
+    assert (c.first_divergence.step, c.first_divergence.module_path) == (step, module), c.summary()
+
+
 def test_a_prefill_only_comparison_misses_them(runs):
     for bug in Bug:
         c = nbtrace.compare(runs("reference", steps=1)[0], runs(bug.value, steps=1)[0])

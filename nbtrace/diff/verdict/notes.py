@@ -19,10 +19,14 @@ def comparison_notes(comparison: Comparison) -> list[str]:
     notes = []
     pruned = [name for name, trace in (("a", comparison.a), ("b", comparison.b)) if has_pruning_gaps(trace)]
     if pruned:
+        seen = comparison.method == "twin" and all(t.twin is not None and t.twin.events
+                                                   for t in (comparison.a, comparison.b))
         notes.append(
             f"{' and '.join(pruned)} {'was' if len(pruned) == 1 else 'were'} traced with do_prune_layers=True: "
-            "a difference born inside a pruned layer block can only be blamed on its parent "
-            "(trace with do_prune_layers=False to see every layer)"
+            + ("the files hold no pruned layer block, their float64 twins hold every call: a difference born "
+               "inside one is named there, the tree marking the call that holds it" if seen else
+               "a difference born inside a pruned layer block can only be blamed on its parent "
+               "(trace with do_prune_layers=False to see every layer)")
         )
     bases = {d.basis for m in comparison.matches for d in m.diffs if d.basis}
     if comparison.method == "twin":
