@@ -14,8 +14,9 @@ an sdpa port with the same weights and at most one of eight classic bugs. Paths:
 
 A case is graded ``ok`` (agrees without a bug, names the bug's module), ``unresolved`` (no module named),
 ``FALSE ALARM`` (a module named without a bug), ``WRONG`` (another module named), ``bracketed`` (pruned layer blocks
-in between, the module holding them named), ``miss`` (a bug that changes the function, not named) or ``precision`` (a bug that only rounds more, such as an RMSNorm without its float32
-upcast: the same function; ``ok`` when the verdict agrees). Prints a table, then counts per path and dtype.
+in between, the module holding them named) or ``miss`` (a bug that changes the function, not named); a bug that
+only rounds more (an RMSNorm without its float32 upcast: the same function) is ``ok`` when nothing is named.
+Prints a table, then counts per path and dtype.
 """
 
 from __future__ import annotations

@@ -54,10 +54,10 @@ def test_the_first_divergence_row_shows_the_reason_the_evidence_and_where_it_was
     assert detail["status"] == "first" and detail["b_path"] == "TinyLlamaPort.blocks.2.attn"
     divergence = detail["divergence"]
     assert divergence["reason"] == first.reason
-    # both folders measured their rounding at recorded outputs: the proof is read at o_proj's output
-    assert divergence["seen_at"] == f"{P}.layers.2.self_attn.o_proj output out"
-    assert divergence["evidence"][0].startswith("proven: its outputs (out) differ by")
-    assert "measured rounding" in divergence["evidence"][0]
+    # the twins agree up to the attention's input and differ at its output projection's input: its own code
+    assert divergence["seen_at"] == f"{P}.layers.2.self_attn.o_proj input args.0"
+    assert divergence["evidence"][0].startswith("twin: the two float64 twins differ by")
+    assert "own float64 precision, measured" in divergence["evidence"][0]
     observed = divergence["observed"]
     assert observed["path"] == f"{P}.layers.2.self_attn.o_proj" and observed["b_path"] == "TinyLlamaPort.blocks.2.attn.out.linear"
     seen = next(t for t in observed["tensors"] if t["io"] == "input")

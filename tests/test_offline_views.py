@@ -19,6 +19,7 @@ from nbconvert import HTMLExporter
 from traitlets.config import Config
 
 from nbtrace.render.verdict import verdict_words
+from nbtrace.render.vocabulary import format_units
 
 REPO = Path(__file__).resolve().parents[1]
 CELLS = [
@@ -61,8 +62,9 @@ def test_without_widget_state_the_page_shows_the_verdict_and_its_evidence(execut
     assert "✗ diverge" in shown and "b: TinyLlamaPort" in shown
     assert words.headline.split(" (b:")[0] in shown
     assert words.reason in shown
-    assert words.evidence[0].line.split(" differ by ")[0] in shown  # the porter's folders measured their rounding:
-    assert "where the reference's measured rounding is" in shown and "811 u" in shown  # proof, and the born call's own
+    assert words.evidence[0].line.split(" differ by ")[0] in shown  # the porter's folders hold their twins:
+    born = again.match_of(again.first_divergence.node).difference
+    assert "own float64 precision, measured" in shown and format_units(born.own) in shown  # proof, the born call's own
     assert "own (u)" in shown and "o_proj" in shown  # the tree with its difference column
 
 

@@ -53,7 +53,7 @@ def filled(tmp_path_factory):
 
 def test_the_porter_is_found_where_the_bug_is(porter, tolerance):
     _, c = porter
-    assert c.method == "files" and tolerance.method == "tolerance"
+    assert c.method == "twin" and tolerance.method == "tolerance"
     for found in (c, tolerance):
         assert found.verdict == "diverge" and found.first_divergence.module_path == BUGS["rounded_scale"]
 
@@ -95,14 +95,14 @@ def _same_everywhere(c, cli_stdout: str | None = None) -> list[str]:
 
 def test_every_view_shows_the_same_verdict_and_evidence(porter):
     folder, c = porter
-    # the folders hold their measured rounding (measure_rounding=True), so `nbtrace diff` of them reads it from
-    # the files and says what the in-process comparison says
+    # the folders hold their float64 twins, so `nbtrace diff` of them reads them from the files and says what the
+    # in-process comparison says
     cli = subprocess.run([sys.executable, "-m", "nbtrace", "diff", str(folder / "a"), str(folder / "b")],
                          capture_output=True, text=True, cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": ""})
     assert cli.returncode == 1, cli.stdout + cli.stderr
     evidence = _same_everywhere(c, cli.stdout)
-    assert evidence[0].startswith("proven: ") and "k = 2 allows" in evidence[0]
-    assert c.decided_by == "measured rounding"
+    assert evidence[0].startswith("twin: ") and "k = 2 allows" in evidence[0]
+    assert c.decided_by == "float64 twins"
 
 
 def test_a_tolerance_s_verdict_reads_the_same_everywhere(porter, tolerance):
@@ -120,7 +120,7 @@ def test_the_whole_contract_reads_the_same_everywhere(filled):
     c = filled
     words = verdict_words(c)
     evidence = [e.line for e in words.divergence.evidence]
-    assert [line.split(":")[0] for line in evidence] == ["proven"]  # the measured rule, its numbers and k
+    assert {line.split(":")[0] for line in evidence} == {"twin"}  # the twins' rule, its numbers and k
     assert words.divergence.confidence == "certain"
     for name, shown in _every_view(c).items():
         for line in evidence:
@@ -210,7 +210,7 @@ def test_o_proj_rows_read_apart_by_what_they_inherit(porter):
 
 
 def test_the_table_puts_the_difference_first(porter, tolerance):
-    for c, test in ((porter[1], "proven: "), (tolerance, "tolerance: ")):
+    for c, test in ((porter[1], "twin: "), (tolerance, "tolerance: ")):
         first = c.first_divergence
         frame = c.to_dataframe(order="difference")
         top = frame.iloc[0]

@@ -10,6 +10,7 @@ from tests.models.contract import porter_comparison
 from tests.models.ports import P
 
 from nbtrace.notebook.view import CSS, ESM, TraceView
+from nbtrace.render.vocabulary import format_units
 from tests.browser.test_trace_view_esm import MOUNT, expect_selected, mount, row  # noqa: F401
 from tests.browser.test_trace_view_esm import page  # noqa: F401 (a fixture)
 
@@ -80,8 +81,9 @@ def test_the_porter_reads_the_verdict_and_its_evidence(page, porter, artifacts):
     expect(pane).to_contain_text("the difference is born here")
     expect(pane.locator(".nbt-d-reason")).to_have_text(porter.first_divergence.reason)
     expect(pane.locator(".nbt-d-evidence")).to_have_count(1)  # the blamed call's evidence is the verdict's: once
-    expect(pane.locator(".nbt-d-evidence")).to_contain_text("measured rounding")  # both folders measured it
-    expect(pane.locator(".nbt-d-difference")).to_contain_text("own 811 u · inherited 0 u")
+    expect(pane.locator(".nbt-d-evidence")).to_contain_text("float64 twins differ")  # both folders hold their twin
+    born = porter.match_of(porter.first_divergence.node).difference  # all of it its own: nothing inherited
+    expect(pane.locator(".nbt-d-difference")).to_contain_text(f"own {format_units(born.own)} · inherited 0 u")
     expect(pane.locator(".nbt-d-observed .nbt-ok-false")).to_have_text(["differs", "differs"])
     # judged against rounding, not by a per-element tolerance: none is shown as if it had decided
     expect(pane.locator(".nbt-d-observed")).not_to_contain_text("tolerance")
@@ -190,7 +192,7 @@ def test_without_a_kernel_the_verdict_and_the_first_divergence_still_show(page, 
     page.evaluate(MOUNT.replace("window.pyDetail(msg.row).then((reply) => emit(\"msg:custom\", reply));", ""),
                   [ESM, CSS, state])
     expect(page.locator(".nbt-verdict")).to_contain_text("first divergence")
-    expect(page.locator(".nbt-d-evidence")).to_contain_text("proven")  # shipped with the payload
+    expect(page.locator(".nbt-d-evidence")).to_contain_text("twin: ")  # shipped with the payload
     row(page, f"{P}.layers.2.self_attn.o_proj").click()
     expect(page.locator(".nbt-detail")).to_contain_text("loading details")
     page.clock.run_for(6000)

@@ -145,8 +145,8 @@ def test_a_step_comparison_colours_each_step_by_its_verdict(page, runs, artifact
                                                "nbt-step-diverged"]
     label = page.locator(".nbt-step-label")
     expect(label).to_contain_text("step 1 of 4 · 1 position fed · both picked")
-    expect(label).to_contain_text("first divergence: model.layers.1.self_attn (KV cache)")
-    expect(row(page, ATTN)).to_have_attribute("aria-selected", "true")  # the cache's user, though its tensors agree
+    expect(label).to_contain_text("first divergence: model.layers.1.self_attn")
+    expect(row(page, ATTN)).to_have_attribute("aria-selected", "true")
     expect(page.locator(".nbt-chip-first")).to_contain_text("self_attn")
     page.locator(".nbt-root").screenshot(path=artifacts / "esm_step_picker_compare.png")
     page.locator(".nbt-step-go").first.click()  # ◀: the prefill

@@ -219,12 +219,12 @@ def _row_block(w: torch.Tensor) -> torch.Tensor:
     return w
 
 
-BUGS = {  # name -> (plant it in the port, the reference's module where it is born)
+BUGS = {  # name -> (plant it in the port, the reference's module where it is born; None: the same function)
     "gelu_tanh": (lambda m: setattr(_layers(m)[1].mlp, "act_fn", nn.GELU(approximate="tanh")),
                   f"{P}.layers.1.mlp.act_fn"),
+    # the same function, rounded in the model's dtype: a precision difference, never a divergence (c.precision)
     "norm_no_upcast": (lambda m: setattr(_layers(m)[1], "post_attention_layernorm",
-                                         UnsafeRMSNorm(_layers(m)[1].post_attention_layernorm)),
-                       f"{P}.layers.1.post_attention_layernorm"),
+                                         UnsafeRMSNorm(_layers(m)[1].post_attention_layernorm)), None),
     "weights_x1.01": (lambda m: _weights(_layers(m)[1].mlp.down_proj, lambda w: w * 1.01),
                       f"{P}.layers.1.mlp.down_proj"),
     "lossy_weights": (lambda m: _weights(_layers(m)[0].self_attn.o_proj, _lossy), f"{P}.layers.0.self_attn.o_proj"),

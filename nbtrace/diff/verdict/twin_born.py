@@ -14,13 +14,15 @@ import math
 from typing import TYPE_CHECKING
 
 from ...core.node import Node
+from ...core.dtypes import is_float
 from ...core.structure import shows_pruning
 from ..measure.metrics import TensorDiff
+from ..measure.noise import unit_roundoff
 from ..measure.rounding import SUSPECT, brief, confidence
 from .divergence import FirstDivergence, b_only_between
 from .evidence import CallDifference, Evidence
 from .twin_calls import Counterparts, HiddenCall
-from .twin_verdict import CONSTANT_ROUNDINGS, U64, TwinVerdict
+from .twin_verdict import CONSTANT_ROUNDINGS, TwinVerdict
 from .weights import serious_inside
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -48,23 +50,37 @@ def apply_twin(comparison: Comparison, verdict: TwinVerdict) -> None:
     by_call: dict[int, list] = {}
     for e in verdict.events:
         by_call.setdefault(id(e.node), []).extend(e.decided)
+    first = comparison.first_divergence
     for match in comparison.matches:
         score = scores.get(id(match.a))
         pairs = by_call.get(id(match.a), [])
         if score is None:
             match.difference = None
-        else:
-            outs = [p.a.distance(p.b) / p.a.rms for p in pairs if p.io == "output" and p.a.rms]
-            ins = [p.a.distance(p.b) / p.a.rms for p in pairs if p.io == "input" and p.a.rms]
-            evidence = sorted((p.evidence for p in pairs if p.evidence is not None), key=lambda e: -e.score)
-            match.difference = CallDifference(unit=U64, out=max(outs) / U64 if outs else None,
-                                              inherited=max(ins) / U64 if ins else None, score=score,
-                                              evidence=evidence[:1])
+        else:  # the twins' difference in units of the run's own rounding: what it is beside the dtype's rounding
+            unit = max((unit_roundoff(d.dtype, d.b_dtype) for d in match.diffs if is_float(d.dtype)
+                        and is_float(d.b_dtype)), default=2.0**-24)
+            outs = [_relative(p) for p in pairs if p.io == "output" and p.a.rms]
+            ins = [_relative(p) for p in pairs if p.io == "input" and p.a.rms]
+            out, inherited = (max(outs) if outs else None), (max(ins) if ins else None)
+            own = math.sqrt(max(out**2 - (inherited or 0.0) ** 2, 0.0)) if out is not None else None
+            evidence = sorted((p.evidence for p in pairs if p.evidence is not None), key=lambda e: -e.score)[:1]
+            if first is not None and first.node is match.a:
+                evidence = list(first.evidence)  # the blamed call's evidence is the verdict's: shown once
+            match.difference = CallDifference(unit=unit, out=out / unit if out is not None else None,
+                                              inherited=inherited / unit if inherited is not None else None,
+                                              own=own / unit if own is not None else None, score=score,
+                                              evidence=evidence)
         for d in match.diffs:
             pair = by_place.get((id(match.a), d.io, d.arg))
             if pair is not None and d.ok is not None and d.problem is None:
                 d.ok = pair.score < 1.0
     comparison._report = None
+
+
+def _relative(pair) -> float:
+    """A compared tensor's twin difference relative to its size; 0 within the twins' own precision (float64
+    noise is no difference of function)."""
+    return pair.a.distance(pair.b) / pair.a.rms if pair.score >= 1.0 else 0.0
 
 
 def _divergence(comparison: Comparison, verdict: TwinVerdict) -> FirstDivergence:
