@@ -19,6 +19,7 @@ from tests.models.generation import (
     build_reference,
     check_planted,
     generate,
+    make_own_cache_port,
     make_port,
     make_prompt,
     trace_generate,
@@ -108,6 +109,24 @@ def test_default_traces_of_generate_name_the_module_and_the_step(runs, bug):
     assert (c.first_divergence.step, c.first_divergence.module_path) == (step, module), c.summary()
 
 
+@pytest.mark.parametrize("in_place", [False, True])
+def test_a_port_that_keeps_its_own_cache_agrees_and_its_cache_bug_is_named(reference, prompt, tmp_path, in_place):
+    """The float64 twin carries the state a port keeps in its own attributes (a reassigned (key, value) pair, or a
+    preallocated tensor written in place with a count of filled positions) from step to step in float64, as it
+    carries transformers' cache: a correct port agrees from default traces; a decode write one position off is
+    named at its attention, in the step it happens."""
+    options = {"use_repr": True, "do_prune_layers": True, "measure_rounding": "auto"}
+    a = trace_generate(reference, prompt, STEPS, tmp_path / "a", **options)
+    clean = trace_generate(make_own_cache_port(reference, in_place), prompt, STEPS, tmp_path / "clean", **options)
+    c = nbtrace.compare(a, clean)
+    assert c.agree and c.first_token_step is None, c.summary()
+    if in_place:
+        bug = trace_generate(make_own_cache_port(reference, True, gap_layer=1), prompt, STEPS, tmp_path / "bug",
+                             **options)
+        found = nbtrace.compare(a, bug).first_divergence
+        assert (found.step, found.module_path) == (1, f"{ROOT}.model.layers.1.self_attn")
+
+
 def test_a_prefill_only_comparison_misses_them(runs):
     for bug in Bug:
         c = nbtrace.compare(runs("reference", steps=1)[0], runs(bug.value, steps=1)[0])
@@ -184,6 +203,20 @@ def test_nbtrace_diff_compares_every_step_and_names_the_first(runs, capsys, name
         assert "first diverging step: 1" in out and "model.layers.1.self_attn" in out and "\nstep 1:\n" in out
     else:
         assert out.count(" match") == STEPS
+
+
+@pytest.mark.parametrize("name, verdict", [("clean", "agree"), (Bug.MASK.value, "diverge")])
+def test_the_steps_verdict_as_json_follows_the_schema(runs, capsys, name, verdict):
+    import jsonschema
+
+    assert cli_main(["diff", str(runs("reference")[0]), str(runs(name)[0]), "--json"]) == (verdict == "diverge")
+    data = json.loads(capsys.readouterr().out)
+    jsonschema.validate(data, nbtrace.verdict_schema())
+    assert data["kind"] == "steps" and data["verdict"] == verdict and data["steps"]["counts"] == [STEPS, STEPS]
+    assert [row["step"] for row in data["steps"]["each"]] == list(range(STEPS))
+    if verdict == "diverge":
+        assert data["steps"]["first_step"] == 1 == data["first_divergence"]["step"]
+        assert data["first_divergence"]["module"].endswith("model.layers.1.self_attn")
 
 
 def test_nbtrace_show_picks_a_step_and_says_which(runs, capsys):

@@ -203,6 +203,62 @@ class PortAttention(nn.Module):
         return self.o_proj(out.transpose(1, 2).reshape(batch, length, -1)), None
 
 
+class OwnCacheAttention(PortAttention):
+    """A correct port's attention that keeps its KV cache itself, as many hand-written ports do: ``self.past``
+    reassigned at every step, or (``in_place``) one preallocated tensor pair written in place, as Meta's Llama
+    does. It keeps transformers' cache in step too (``generate`` reads its length), but attends over its own."""
+
+    def __init__(self, reference: nn.Module, in_place: bool = False, gap: bool = False) -> None:
+        super().__init__(reference)
+        self.in_place = in_place
+        self.gap = gap  # a bug: a decode step writes one position too far, leaving a zero key/value behind
+        self.cache_k: torch.Tensor | None = None
+        self.cache_v: torch.Tensor | None = None
+        self.filled = 0
+
+    def forward(self, hidden_states: torch.Tensor, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, None]:
+        batch, length, _ = hidden_states.shape
+        cos, sin = _find(kwargs, _is_rotary, "the rotary (cos, sin) pair")
+        cache = _find(kwargs, _is_cache, None)
+        query, key, value = (
+            project(hidden_states).view(batch, length, -1, self.head_dim).transpose(1, 2)
+            for project in (self.q_proj, self.k_proj, self.v_proj)
+        )
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        query, key = query * cos + _rotate_half(query) * sin, key * cos + _rotate_half(key) * sin
+        if cache is not None:
+            cache.update(key, value, self.layer_idx)  # only so that generate knows the length
+        if self.in_place:
+            if length > 1:  # a prompt starts the cache over
+                self.cache_k = key.new_zeros(batch, key.shape[1], 64, self.head_dim)
+                self.cache_v = torch.zeros_like(self.cache_k)
+                self.filled = 0
+            if self.gap and length == 1:
+                self.filled += 1
+            self.cache_k[:, :, self.filled:self.filled + length] = key
+            self.cache_v[:, :, self.filled:self.filled + length] = value
+            self.filled += length
+            key, value = self.cache_k[:, :, :self.filled], self.cache_v[:, :, :self.filled]
+        else:
+            if length == 1 and self.past is not None:
+                key, value = torch.cat([self.past[0], key], dim=-2), torch.cat([self.past[1], value], dim=-2)
+            self.past = key, value
+        groups = query.shape[1] // key.shape[1]
+        key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
+        out = nn.functional.scaled_dot_product_attention(query, key, value, is_causal=length > 1)
+        return self.o_proj(out.transpose(1, 2).reshape(batch, length, -1)), None
+
+
+def make_own_cache_port(reference: nn.Module, in_place: bool = False, gap_layer: int | None = None) -> nn.Module:
+    """A port whose every attention keeps its own KV cache (``OwnCacheAttention``): correct, or with layer
+    ``gap_layer``'s decode steps writing one position too far (``in_place``)."""
+    port = copy.deepcopy(reference)
+    port.set_attn_implementation("sdpa")
+    for index, block in enumerate(port.model.layers):
+        block.self_attn = OwnCacheAttention(block.self_attn, in_place, gap=index == gap_layer)
+    return port.eval()
+
+
 def _is_rotary(value: Any) -> bool:
     return isinstance(value, tuple) and len(value) == 2 and all(isinstance(v, torch.Tensor) for v in value)
 

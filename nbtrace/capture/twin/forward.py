@@ -34,6 +34,7 @@ import torch
 from torch import nn
 
 from .copies import copy_in, non_state_constants
+from .state import CarriedState
 from .fingerprint import fingerprint
 from .numerics import float64_twin
 
@@ -90,12 +91,14 @@ _INT_VIEW = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 def twin_runs(model: nn.Module, inputs: dict[str | None, tuple[tuple, dict[str, Any]]], class_name: str,
               valid: torch.Tensor | None = None, observe: Callable[[str, Any], None] | None = None,
-              run: Callable[..., Any] | None = None) -> dict[str | None, tuple[TwinRun, Any]]:
+              run: Callable[..., Any] | None = None,
+              carried: CarriedState | None = None) -> dict[str | None, tuple[TwinRun, Any]]:
     """Run ``model``'s float64 twin once per entry of ``inputs`` (kind -> its inputs already in float64,
     ``values.upcast``): ``None`` the twin, then ``"float64"`` and ``"constants"`` (``PERTURBATIONS``) on the same
     copy, perturbed in place one after the other (the constants' run keeps the float64 perturbation: it is the
     larger of the two by far). Returns kind -> ``(TwinRun, its output)``. ``observe(call name, output)`` sees each
-    call's float64 output in the twin; ``run(model, *args, **kwargs)`` calls the copy when given."""
+    call's float64 output in the twin; ``run(model, *args, **kwargs)`` calls the copy when given; ``carried`` starts
+    each run from the state the model's attributes held when the forward began, in float64 (``state.py``)."""
     wide = copy_in(model, torch.float64)
     state = _State(valid)
     counts: dict[str, int] = {}
@@ -105,6 +108,8 @@ def twin_runs(model: nn.Module, inputs: dict[str | None, tuple[tuple, dict[str, 
         module.__dict__["forward"] = _collector(f"{class_name}.{name}", module.forward, counts, state)
     results: dict[str | None, tuple[TwinRun, Any]] = {}
     for kind, (args, kwargs) in inputs.items():
+        if carried is not None:
+            carried.restore(model, wide, kind)
         if kind is not None:
             _perturb(model, wide, kind)
         counts.clear()
@@ -120,6 +125,8 @@ def twin_runs(model: nn.Module, inputs: dict[str | None, tuple[tuple, dict[str, 
                 with torch._C.DisableTorchFunction():
                     state.observe(class_name, out)
         results[kind] = state.result, out
+        if carried is not None:
+            carried.keep(model, wide, kind)
     return results
 
 

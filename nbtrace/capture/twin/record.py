@@ -28,6 +28,7 @@ from ..rounding_numbers import float_leaves
 from .fingerprint import KEPT, LEFT_OUT, SUMSQ, fingerprint
 from ..transfer import to_host_many
 from .forward import constants_digest, digest_text, find_valid, twin_runs
+from .state import CarriedState
 from .values import remember, upcast
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -71,6 +72,7 @@ class TwinRecorder:
         self.model, self.class_name = model, class_name
         self.keep_inputs = keep_inputs  # the top-level inputs, for a trace that holds only their printout
         self.known: dict[str | None, dict[int, tuple[Any, Any]]] = {None: {}, "float64": {}, "constants": {}}
+        self.carried = CarriedState()  # what the model keeps in its own attributes from forward to forward
         self._constants: list[tuple[str, torch.Tensor]] | None = None  # computed on the device, once per block
         self._constant_slots: list[tuple[str, Slot]] | None = None
         self._digests: list[str] | None = None
@@ -97,6 +99,7 @@ class TwinRecorder:
             return TwinStart({}, None, kept, problem=f"not recorded: {self.skipped}")
         try:
             inputs = {kind: upcast((args, kwargs), self.known[kind]) for kind in self.kinds()}
+            self.carried.snapshot(self.model)
             return TwinStart(inputs, find_valid(args, kwargs), kept)
         except Exception as exc:  # noqa: BLE001 - an input that cannot be copied leaves the forward without a twin
             return TwinStart({}, None, problem=f"its inputs could not be copied to float64 ({_describe(exc)})")
@@ -131,7 +134,7 @@ class TwinRecorder:
         if start.problem is not None:
             return numbers
         try:
-            runs = twin_runs(self.model, start.inputs, self.class_name, start.valid, observe)
+            runs = twin_runs(self.model, start.inputs, self.class_name, start.valid, observe, carried=self.carried)
             for kind, (_, wide_out) in runs.items():
                 remember(self.known[kind], out, wide_out)
         except Exception as exc:  # noqa: BLE001 - a model that cannot run in float64 keeps its trace
