@@ -27,15 +27,17 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..comparison import Comparison
 
 
-def _arguments(comparison: Comparison, node: Any, side: int) -> tuple[tuple, dict]:
+def _arguments(comparison: Comparison, node: Any, side: int, reference_node: Any = None) -> tuple[tuple, dict]:
+    """The recorded arguments of ``node`` (a's call, or b's with ``side`` 1); b's are the reference call's
+    (``reference_node``) wherever an argument has its partner there: both sides run on the same inputs."""
     flow_a, flow_b = comparison.flows
     if side == 0:
         def substitute(arg, tensor):
             return _loaded(flow_a.cache.load(tensor), arg)
     else:
-        match = comparison.match_of(comparison.first_divergence.node)
+        match = comparison.match_of(reference_node)
         partner = {d.b_arg: d.arg for d in match.diffs if d.io == "input" and d.shape == d.b_shape} if match else {}
-        mine = {arg: t for io, arg, t in comparison.first_divergence.node.tensors() if io == "input"}
+        mine = {arg: t for io, arg, t in reference_node.tensors() if io == "input"}
 
         def substitute(arg, tensor):
             ref = mine.get(partner.get(arg, ""))
@@ -61,29 +63,42 @@ def narrow_comparison(comparison: Comparison, reference: nn.Module | None = None
         reference = getattr(comparison, "live_reference", None)
     if port is None:
         raise ValueError("narrow: the port is not live: pass port=<the port module> (or compare(a, port_module))")
-    if first.b_node is None:
+    node, b_node = _with_counterpart(comparison, first)
+    if b_node is None:
         raise ValueError(f"narrow: {first.module_path} has no counterpart in the port to run")
-    port_module = find_module(port, first.b_node.module_path)
+    port_module = find_module(port, b_node.module_path)
     if port_module is None:
-        raise ValueError(f"narrow: the port has no module {first.b_node.module_path}")
+        raise ValueError(f"narrow: the port has no module {b_node.module_path}")
     try:  # the recorded tensors load on the CPU: each side's arguments go where its module lives
-        p_args, p_kwargs = to_device(_arguments(comparison, first.b_node, 1), device_of(port_module))
+        p_args, p_kwargs = to_device(_arguments(comparison, b_node, 1, node), device_of(port_module))
         if reference is not None:
-            ref_module = find_module(reference, first.module_path)
+            ref_module = find_module(reference, node.module_path)
             if ref_module is None:
-                raise ValueError(f"narrow: the reference has no module {first.module_path}")
-            args, kwargs = to_device(_arguments(comparison, first.node, 0), device_of(ref_module))
+                raise ValueError(f"narrow: the reference has no module {node.module_path}")
+            args, kwargs = to_device(_arguments(comparison, node, 0), device_of(ref_module))
     except Unreplayable as exc:
-        raise ValueError(f"narrow: the inputs of {first.module_path} cannot be rebuilt: {exc}") from None
+        raise ValueError(f"narrow: the inputs of {node.module_path} cannot be rebuilt: {exc}") from None
     if reference is None:
-        result = narrow_port_only(port_module, p_args, p_kwargs, _recorded_outputs(comparison, first.node))
+        result = narrow_port_only(port_module, p_args, p_kwargs, _recorded_outputs(comparison, node))
     else:
         ref = record_operations(ref_module, args, kwargs)
         got = record_operations(port_module, p_args, p_kwargs)
         result = narrow_records(ref, got, align_operations(ref, got, _u(ref.dtype, got.dtype)))
-    result.module_path = first.module_path
+    result.module_path = node.module_path
     first.operation = result
     return result
+
+
+def _with_counterpart(comparison: Comparison, first: Any) -> tuple[Any, Any]:
+    """The blamed call and its counterpart in b; where the port has none (its code sits in a module that holds
+    more), the nearest call holding the blamed one that has a counterpart: its operations include the blamed
+    module's (``Operation.module`` names it)."""
+    node, b_node = first.node, first.b_node
+    while b_node is None and node.parent is not None:
+        node = node.parent
+        match = comparison.match_of(node)
+        b_node = match.b if match is not None else None
+    return node, b_node
 
 
 def _u(*dtypes: str) -> float:

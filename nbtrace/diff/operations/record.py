@@ -9,8 +9,10 @@ raises, and the module's buffers and torch's random state are what they were bef
 
 from __future__ import annotations
 
+import sys
 import weakref
 from dataclasses import dataclass, field
+from types import FrameType
 from typing import Any
 
 import torch
@@ -103,9 +105,10 @@ def relative_rms(x: torch.Tensor, reference: torch.Tensor) -> float:
 
 
 class _Recorder(TorchFunctionMode):
-    def __init__(self, record: OperationRecord, stack: list[str]) -> None:
+    def __init__(self, record: OperationRecord, stack: list[str], boundary: FrameType | None = None) -> None:
         super().__init__()
         self.record, self.stack, self.shadows = record, stack, Shadows()
+        self.boundary = boundary  # the frame that runs the recorded module: source lines are found below it
         self._made: dict[int, tuple[weakref.ref, int]] = {}
         self.rng: torch.Tensor | None = None
 
@@ -129,7 +132,7 @@ class _Recorder(TorchFunctionMode):
         except (RuntimeError, TypeError, ValueError, NotImplementedError):
             for t in tensors_of(result):  # float64 cannot run it: its twin is its own output, and it is listed
                 self.shadows.set(t, upcast(t))
-            self.record.without_twin.append(f"{name} at {caller_line().short}")
+            self.record.without_twin.append(f"{name} at {caller_line(self.boundary).short}")
         self._note(func, name, args, kwargs, result, inplace)
         return result
 
@@ -158,7 +161,7 @@ class _Recorder(TorchFunctionMode):
     def _note(self, func, name, args, kwargs, result, inplace):
         given = tensors_of(args) + tensors_of(kwargs)
         outs = tensors_of(result) or ([args[0]] if inplace and args else [])
-        source = caller_line()
+        source = caller_line(self.boundary)
         inputs = sorted({i for t in given if (i := self.producer(t)) is not None})
         own = self._own(func, name, args, kwargs, inplace, outs)
         for n, out in enumerate(outs):
@@ -230,7 +233,7 @@ def record_operations(module: nn.Module, args: tuple = (), kwargs: dict | None =
         for child in module.modules():
             handles.append(child.register_forward_pre_hook(enter))
             handles.append(child.register_forward_hook(leave, always_call=True))
-        recorder = _Recorder(record, stack)
+        recorder = _Recorder(record, stack, sys._getframe())
         with torch.no_grad(), recorder:
             result = module(*args, **kwargs)
         record.outputs = [i for t in tensors_of(result) if (i := recorder.producer(t)) is not None]

@@ -1,4 +1,5 @@
-"""The Python source line that called a torch operation: the first frame outside torch and nbtrace."""
+"""The Python source line that called a torch operation: the first frame outside torch and nbtrace, or, inside a
+torch module recorded on its own (an ``nn.LayerNorm``), the line of that module's ``forward``."""
 
 from __future__ import annotations
 
@@ -6,9 +7,11 @@ import linecache
 import os
 import sys
 from dataclasses import dataclass
+from types import FrameType
 
 import torch
 
+_TORCH_MODULES = os.path.join(os.path.dirname(torch.__file__), "nn", "modules") + os.sep
 _SKIP = (
     os.path.dirname(torch.__file__) + os.sep,
     os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep,
@@ -32,13 +35,22 @@ class SourceLine:
 UNKNOWN = SourceLine("?", 0, "")
 
 
-def caller_line() -> SourceLine:
-    """The innermost frame whose file lies outside torch and nbtrace (UNKNOWN when every frame is inside)."""
+def caller_line(boundary: FrameType | None = None) -> SourceLine:
+    """The innermost frame whose file lies outside torch and nbtrace, below ``boundary`` (the frame that started
+    the recorded call) when given; where every frame below it is inside (a torch module recorded by itself), the
+    innermost line of a torch module's code; UNKNOWN when there is neither."""
     frame = sys._getframe(1)
-    while frame is not None:
+    in_torch_module = None
+    while frame is not None and frame is not boundary:
         name = frame.f_code.co_filename
         if not name.startswith(_SKIP) and not name.startswith("<frozen"):
-            text = linecache.getline(name, frame.f_lineno).strip()
-            return SourceLine(name, frame.f_lineno, text)
+            return _line(frame)
+        if in_torch_module is None and name.startswith(_TORCH_MODULES):
+            in_torch_module = frame
         frame = frame.f_back
-    return UNKNOWN
+    return _line(in_torch_module) if in_torch_module is not None else UNKNOWN
+
+
+def _line(frame: FrameType) -> SourceLine:
+    name = frame.f_code.co_filename
+    return SourceLine(name, frame.f_lineno, linecache.getline(name, frame.f_lineno).strip())
