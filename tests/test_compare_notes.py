@@ -19,10 +19,14 @@ def test_pruned_and_printed_traces_are_named_up_front(tmp_path):
     a = _trace(model, tmp_path / "a", inputs)
     b = _trace(model, tmp_path / "b", inputs)
     c = nbtrace.compare(a, b)
-    assert c.verdict == "agree" and c.coverage == 1.0
-    assert any("do_prune_layers=True" in note for note in c.notes)
-    assert any("use_repr=False" in note for note in c.notes)
+    assert c.verdict == "agree" and c.coverage == 1.0 and c.decided_by == "float64 twins"
+    assert any("do_prune_layers=True" in note and "float64 twins hold every call" in note for note in c.notes)
+    assert not any("use_repr=False" in note for note in c.notes)  # the twins decided: printing limits nothing
     assert "note: a and b were traced with do_prune_layers=True" in c.summary()
+    printed = nbtrace.compare(_trace(model, tmp_path / "e", inputs, measure_rounding=False),
+                              _trace(model, tmp_path / "f", inputs, measure_rounding=False))
+    assert any("use_repr=False" in note for note in printed.notes)  # without the twins, printing limits it
+    assert any("can only be blamed on its parent" in note for note in printed.notes)
     exact = nbtrace.compare(
         _trace(model, tmp_path / "c", inputs, use_repr=False, do_prune_layers=False),
         _trace(model, tmp_path / "d", inputs, use_repr=False, do_prune_layers=False),

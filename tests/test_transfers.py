@@ -100,7 +100,8 @@ def test_the_float64_twin_joins_the_forwards_one_transfer(tmp_path, reads, on_de
     plain = run(model, inputs, tmp_path / "plain", use_repr=use_repr)
     before = transfers(reads)
     twinned = run(model, inputs, tmp_path / "twin", use_repr=use_repr, measure_rounding="twin")
-    assert twinned.trace.twin is not None and len(twinned.trace.twin.calls) == len(twinned.trace.nodes())
+    # every call, the pruned layers' too (the twin keeps what pruning leaves out of the files)
+    assert twinned.trace.twin is not None and len(twinned.trace.twin.calls) >= len(twinned.trace.nodes())
     kept = 1 if use_repr else 0  # the top-level inputs, kept whole beside a trace that only prints them
     assert transfers(reads) - before == before + kept  # the twin's fingerprints add no transfer of their own
     assert elsewhere(reads) == {} and plain.trace.twin is None
