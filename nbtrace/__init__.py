@@ -13,6 +13,7 @@ from .diff.comparison import Comparison
 from .diff.operations import narrow
 from .diff.steps.step_compare import compare
 from .diff.steps.steps import StepsComparison
+from .diff.verdict.as_dict import verdict_schema
 from .errors import TraceFormatError
 
 __version__ = "0.1.0"
@@ -63,4 +64,5 @@ __all__ = [
     "save_html",
     "to_dataframe",
     "trace",
+    "verdict_schema",
 ]

@@ -2,8 +2,9 @@
 
 Bad input (a missing or broken trace file, rename file or output path) exits with
 status 2 and one line ``nbtrace: error: <file>: <problem>``, never a traceback.
-``diff`` exits 0 when the traces agree and 1 when they diverge, also when the reader
-of its output stops early (``nbtrace diff A B | head`` under ``set -o pipefail``).
+``diff`` exits 0 when the traces agree, 1 when they diverge and 3 when the verdict is
+unresolved, also when the reader of its output stops early (``nbtrace diff A B | head``
+under ``set -o pipefail``); ``diff --json`` prints the verdict as JSON, same statuses.
 """
 
 from __future__ import annotations
@@ -149,6 +150,7 @@ def _diff(args: argparse.Namespace) -> int:
     from .diff.steps.step_compare import compare
     from .diff.steps.steps import StepsComparison
     from .render.steps_text import format_steps_table
+    from .diff.verdict.as_dict import EXIT_STATUS
     from .render.text import cut_lines, format_comparison_table, wrap_lines
 
     rename = read_rename(args.rename) if args.rename else None
@@ -172,6 +174,10 @@ def _diff(args: argparse.Namespace) -> int:
     except ValueError as exc:  # traces that cannot be compared as given (two tensor-parallel runs, for one)
         hint = " (nbtrace diff A B --rank R compares one rank of each)" if isinstance(exc, BothRanked) else ""
         raise InputError("diff", f"{exc}{hint}") from None
+    status = EXIT_STATUS[comparison.verdict]
+    if args.json:
+        say(json.dumps(comparison.to_dict(), indent=2, ensure_ascii=False))
+        return status
     width = terminal_width()
     say(wrap_lines(comparison.summary(), width))
     say()
@@ -184,7 +190,7 @@ def _diff(args: argparse.Namespace) -> int:
             say(format_comparison_table(comparison.comparison(step), rows=args.rows, width=width))
     else:
         say(format_comparison_table(comparison, rows=args.rows, width=width))
-    return 0 if comparison.agree else 1
+    return status
 
 
 def _plot(args: argparse.Namespace) -> int:
@@ -286,10 +292,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     diff = commands.add_parser(
         "diff",
-        help="compare trace B against the reference A; exit 0 when they agree, 1 when they diverge",
-        description="Compare trace B against the reference A and print the first divergence and a table. "
+        help="compare trace B against the reference A; exit 0 agree, 1 diverge, 3 unresolved, 2 bad input",
+        description="Compare trace B against the reference A and print the first divergence and a table "
+        "(--json: the verdict as JSON, nbtrace.verdict_schema()). "
         "Folders of several forwards (a traced generate) are compared step by step, forward by forward. "
-        "Exit status: 0 they agree, 1 they diverge (or nothing could be compared), 2 bad input.",
+        "Exit status: 0 they agree, 1 they diverge, 3 unresolved (nothing decided either way: the summary says "
+        "what would decide), 2 bad input.",
     )
     diff.add_argument("a", help="the reference trace (file or folder)")
     diff.add_argument("b", help="the trace to check (file or folder; a folder of rank_<r> folders is reassembled)")
@@ -304,6 +312,8 @@ def build_parser() -> argparse.ArgumentParser:
     diff.add_argument("--atol", type=float, default=None, help="absolute tolerance (given: per-element judgement)")
     diff.add_argument("--ignore", metavar="REGEX", help="do not compare tensors whose argument name matches")
     diff.add_argument("--rows", type=_at_least(1), default=30, help="table rows to print (default: 30)")
+    diff.add_argument("--json", action="store_true",
+                      help="print the verdict as JSON (schema: nbtrace.verdict_schema()) instead of the table")
     diff.add_argument("--rank", type=int, default=None,
                       help="two folders of rank_<r> folders (two tensor-parallel runs): compare this rank of each")
     diff.set_defaults(run=_diff)

@@ -9,7 +9,7 @@ from pathlib import Path
 import nbtrace
 
 PACKAGE = Path(nbtrace.__file__).parent
-LAYERS = ["core", "capture", "diff", "render", "notebook"]
+LAYERS = ["core", "capture", "diff", "render", "notebook", "testing"]
 # what each layer may import at module level (besides itself and errors.py)
 ALLOWED = {
     "core": set(),
@@ -17,6 +17,7 @@ ALLOWED = {
     "diff": {"core", "capture"},  # capture: comparing with a live port traces it (diff/live.py)
     "render": {"core", "diff"},
     "notebook": {"core", "capture", "diff", "render"},
+    "testing": {"core", "capture", "diff", "render"},  # a port's test suite: the verdict, failed in words
 }
 MAX_LINES = 400
 

@@ -292,6 +292,14 @@ class Comparison:
 
         return comparison_frame(self, order)
 
+    def to_dict(self) -> dict[str, Any]:
+        """The verdict as plain data (JSON types only) for a port's CI: the verdict, the rule that decided, the
+        first divergence, every unresolved call, precision findings, both runs' numerics and the versions; its
+        layout is ``nbtrace.verdict_schema()`` (``schema_version``)."""
+        from .verdict.as_dict import comparison_dict
+
+        return comparison_dict(self)
+
     def summary(self) -> str:
         """A few lines for a terminal: the verdict, the first divergence, what is unmatched."""
         from ..render.text import comparison_summary

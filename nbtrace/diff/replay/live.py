@@ -113,13 +113,18 @@ def _traced(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], wh
 
 
 def compare_both_live(reference: nn.Module, port: nn.Module, inputs: Any, *,
-                      rename: Mapping[str, str] | None = None, **options: Any) -> Comparison:
+                      rename: Mapping[str, str] | None = None, inputs_map: Mapping[str, str] | None = None,
+                      call: Callable[..., Any] | None = None, **options: Any) -> Comparison:
     """Trace the reference and the port on the same ``inputs``, align them, and run each aligned pair in
-    float64 on the reference's recorded inputs (``method == "replay"``, ``decided_by == "both live"``)."""
+    float64 on the reference's recorded inputs (``method == "replay"``, ``decided_by == "both live"``).
+    ``inputs_map``/``call`` say how the reference's arguments reach a port with another signature."""
+    if call is not None and inputs_map is not None:
+        raise ValueError("give inputs_map or call, not both: call receives the arguments as recorded")
     args, kwargs = as_call(inputs)
     a, folder = _traced(reference, args, kwargs, "reference")
     try:
-        comparison = _compare_replayed(a, port, options.pop("replay", True), rename, options, reference=reference)
+        comparison = _compare_replayed(a, port, options.pop("replay", True), rename, options, reference=reference,
+                                       inputs_map=inputs_map, call=call)
     except Exception:
         shutil.rmtree(folder, ignore_errors=True)
         raise

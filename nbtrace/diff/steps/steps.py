@@ -113,6 +113,14 @@ class StepsComparison:
         )
 
     @property
+    def verdict(self) -> str:
+        """``"diverge"`` (a step diverges, the picked tokens or the number of forwards differ), ``"agree"``, or
+        ``"unresolved"`` (a step nothing could decide)."""
+        from ..verdict.as_dict import steps_verdict
+
+        return steps_verdict(self)
+
+    @property
     def first_step(self) -> int | None:
         """The index of the first diverging step, or None."""
         return self.first_divergence.step if self.first_divergence is not None else None
@@ -141,6 +149,12 @@ class StepsComparison:
         self._kept[step] = comparison
 
     # -- views -----------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """The verdict as plain data, step by step (``Comparison.to_dict``'s layout, with ``steps``)."""
+        from ..verdict.as_dict import steps_dict
+
+        return steps_dict(self)
+
     def summary(self) -> str:
         """A few lines for a terminal: steps, tokens, the first diverging step and module, and why."""
         from ...render.steps_text import steps_summary
