@@ -40,6 +40,14 @@ def test_the_docs_example_suite_passes_on_the_port_and_fails_naming_a_planted_bu
     assert named == {toy.PLANTED[bug]}, failures
 
 
+def test_the_docs_show_the_example_suite_as_it_is():
+    from tests.docs_harness.pages import parse_page
+
+    page = parse_page(EXAMPLE.parents[1] / "ci.md")
+    shown = next(step for step in page.steps if step.kind == "file" and step.path == "port_ci/test_port.py")
+    assert shown.code == (EXAMPLE / "test_port.py").read_text()
+
+
 @pytest.fixture(scope="module")
 def original():
     return toy.build_original()

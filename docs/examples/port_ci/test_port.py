@@ -1,10 +1,4 @@
-"""The port's own tests: it computes the original's function, against the live original and a golden folder.
-
-    python -m pytest docs/examples/port_ci                       # passes
-    TOY_PORT_BUG=gelu_tanh python -m pytest docs/examples/port_ci  # fails, naming ToyEncoder.blocks.1.mlp
-"""
-
-from __future__ import annotations
+"""The port's own tests: it computes the original's function, against the live original and a golden folder."""
 
 from pathlib import Path
 
@@ -14,8 +8,7 @@ import torch
 from nbtrace.testing import assert_port_matches
 from toy_models import PORT_INPUTS, ToyPort, build_original, make_inputs, planted_bug
 
-#: recorded once from the original (record_golden.py) and checked in: CI needs no copy of the original's code
-GOLDEN = Path(__file__).parent / "golden"
+GOLDEN = Path(__file__).parent / "golden"   # recorded once from the original (record_golden.py), checked in
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +18,7 @@ def original():
 
 @pytest.fixture(scope="module")
 def port(original):
-    return ToyPort.from_original(original, bug=planted_bug())
+    return ToyPort.from_original(original, bug=planted_bug())   # TOY_PORT_BUG=... plants one, for this page
 
 
 def test_port_computes_the_originals_function(original, port):
