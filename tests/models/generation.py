@@ -172,17 +172,22 @@ class PortAttention(nn.Module):
         self.bug = bug
         self.past: tuple[torch.Tensor, torch.Tensor] | None = None
 
-    def forward(self, hidden_states: torch.Tensor, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, None]:
-        """Attention over ``hidden_states`` (batch, length, hidden); the rotary pair and cache come as keywords."""
+    def project(self, hidden_states: torch.Tensor, kwargs: dict[str, Any]) -> tuple:
+        """Queries, keys (both rotated) and values of ``hidden_states``, and the cache given as a keyword."""
         batch, length, _ = hidden_states.shape
         cos, sin = _find(kwargs, _is_rotary, "the rotary (cos, sin) pair")
-        cache = _find(kwargs, _is_cache, None)
         query, key, value = (
             project(hidden_states).view(batch, length, -1, self.head_dim).transpose(1, 2)
             for project in (self.q_proj, self.k_proj, self.v_proj)
         )
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
         query, key = query * cos + _rotate_half(query) * sin, key * cos + _rotate_half(key) * sin
+        return query, key, value, _find(kwargs, _is_cache, None)
+
+    def forward(self, hidden_states: torch.Tensor, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, None]:
+        """Attention over ``hidden_states`` (batch, length, hidden); the rotary pair and cache come as keywords."""
+        batch, length, _ = hidden_states.shape
+        query, key, value, cache = self.project(hidden_states, kwargs)
         one_token_step = length == 1 and cache is not None and self.past is not None
         mask = None
         if one_token_step and self.bug is Bug.KV_NOT_APPENDED:
@@ -218,14 +223,7 @@ class OwnCacheAttention(PortAttention):
 
     def forward(self, hidden_states: torch.Tensor, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, None]:
         batch, length, _ = hidden_states.shape
-        cos, sin = _find(kwargs, _is_rotary, "the rotary (cos, sin) pair")
-        cache = _find(kwargs, _is_cache, None)
-        query, key, value = (
-            project(hidden_states).view(batch, length, -1, self.head_dim).transpose(1, 2)
-            for project in (self.q_proj, self.k_proj, self.v_proj)
-        )
-        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-        query, key = query * cos + _rotate_half(query) * sin, key * cos + _rotate_half(key) * sin
+        query, key, value, cache = self.project(hidden_states, kwargs)
         if cache is not None:
             cache.update(key, value, self.layer_idx)  # only so that generate knows the length
         if self.in_place:

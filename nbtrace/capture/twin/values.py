@@ -109,25 +109,22 @@ def device_of(module: nn.Module) -> torch.device:
 
 def to_device(value: Any, device: torch.device) -> Any:
     """``value`` with every tensor in it moved to ``device`` (dtypes unchanged; nothing copied when already there)."""
-    if isinstance(value, torch.Tensor):
-        return value if value.device == device else value.to(device)
-    if isinstance(value, tuple):
-        return tuple(to_device(v, device) for v in value)
-    if isinstance(value, list):
-        return [to_device(v, device) for v in value]
-    if isinstance(value, dict):
-        return {k: to_device(v, device) for k, v in value.items()}
-    return value
+    return _each_tensor(value, lambda t: t if t.device == device else t.to(device))
 
 
 def cast(value: Any, dtype: torch.dtype) -> Any:
     """``value`` with every float tensor in it converted to ``dtype`` (other values as they are)."""
+    return _each_tensor(value, lambda t: t.to(dtype) if t.is_floating_point() else t)
+
+
+def _each_tensor(value: Any, change: Any) -> Any:
+    """``value`` rebuilt (tuples, lists, dicts) with ``change`` applied to every tensor in it."""
     if isinstance(value, torch.Tensor):
-        return value.to(dtype) if value.is_floating_point() else value
+        return change(value)
     if isinstance(value, tuple):
-        return tuple(cast(v, dtype) for v in value)
+        return tuple(_each_tensor(v, change) for v in value)
     if isinstance(value, list):
-        return [cast(v, dtype) for v in value]
+        return [_each_tensor(v, change) for v in value]
     if isinstance(value, dict):
-        return {k: cast(v, dtype) for k, v in value.items()}
+        return {k: _each_tensor(v, change) for k, v in value.items()}
     return value
