@@ -59,3 +59,19 @@ def test_cross_attention_without_its_scale(case):
     assert nbtrace.compare(reference, port, rename=ed.RENAME).first_divergence.module_path == ed.BUGS["cross_scale"]
     live = nbtrace.compare(original, port, inputs=(x, {}), rename=ed.RENAME)
     assert live.first_divergence.module_path == ed.BUGS["cross_scale"] and live.replay.both_live
+
+
+def test_two_live_modules_each_called_its_own_way(case):
+    """The original takes keywords (input_features=, decoder_input_ids=), the port other names: inputs_map= or
+    call= say how the original's arguments reach the port, both live as with a folder and the live port."""
+    original, x, _, _ = case
+    keywords = {"input_features": x[0], "decoder_input_ids": x[1]}
+    port = ed.Port.from_original(original, {"gelu_tanh"})
+    mapped = nbtrace.compare(original, port, inputs=keywords, rename=ed.RENAME,
+                             inputs_map={"input_features": "features", "decoder_input_ids": "tokens"})
+    assert mapped.first_divergence.module_path == ed.BUGS["gelu_tanh"], mapped.summary()
+    called = nbtrace.compare(original, ed.Port.from_original(original), inputs=keywords, rename=ed.RENAME,
+                             call=lambda p, input_features, decoder_input_ids: p(input_features, decoder_input_ids))
+    assert called.verdict == "agree", called.summary()
+    with pytest.raises(ValueError, match="give inputs_map or call, not both"):
+        nbtrace.compare(original, port, inputs=keywords, inputs_map={}, call=lambda p, **k: p(**k))
