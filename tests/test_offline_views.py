@@ -47,6 +47,10 @@ def executed(tmp_path_factory):
     return nb, porter_comparison(folder / "again")
 
 
+def _numbers_masked(text: str) -> str:
+    return re.sub(r"\d+(\.\d+)?(e[+-]?\d+)?", "#", text)
+
+
 def export(nb, clear_state: bool) -> str:
     config = Config()
     config.ClearMetadataPreprocessor.enabled = clear_state
@@ -61,7 +65,8 @@ def test_without_widget_state_the_page_shows_the_verdict_and_its_evidence(execut
     words = verdict_words(again).divergence
     assert "✗ diverge" in shown and "b: TinyLlamaPort" in shown
     assert words.headline.split(" (b:")[0] in shown
-    assert words.reason in shown
+    # the same sentence; its measured numbers are the notebook kernel's own run (its threads may differ)
+    assert _numbers_masked(words.reason) in _numbers_masked(shown)
     assert words.evidence[0].line.split(" differ by ")[0] in shown  # the porter's folders hold their twins:
     born = again.match_of(again.first_divergence.node).difference
     assert "own float64 precision, measured" in shown and format_units(born.own) in shown  # proof, the born call's own
