@@ -11,7 +11,7 @@ from .core.tensor import TensorValue
 from .core.trace import Trace
 from .diff.comparison import Comparison
 from .diff.operations import narrow
-from .diff.steps.step_compare import compare
+from .diff.compare import compare
 from .diff.steps.steps import StepsComparison
 from .diff.verdict.as_dict import verdict_schema
 from .errors import TraceFormatError

@@ -147,7 +147,7 @@ def terminal_width() -> int:
 def _diff(args: argparse.Namespace) -> int:
     from .core.forwards import forward_sources
     from .diff.ranks.ranked import BothRanked
-    from .diff.steps.step_compare import compare
+    from .diff.compare import compare
     from .diff.steps.steps import StepsComparison
     from .render.steps_text import format_steps_table
     from .diff.verdict.as_dict import EXIT_STATUS
@@ -253,7 +253,7 @@ def _html(args: argparse.Namespace) -> int:
         raise InputError("html", f"takes one trace, or two to compare; got {1 + len(args.other)}")
     source = args.path
     if args.other:
-        from .diff.steps.step_compare import compare
+        from .diff.compare import compare
 
         try:
             source = compare(args.path, args.other[0])

@@ -63,7 +63,8 @@ def test_cross_attention_without_its_scale(case):
 
 def test_two_live_modules_each_called_its_own_way(case):
     """The original takes keywords (input_features=, decoder_input_ids=), the port other names: inputs_map= or
-    call= say how the original's arguments reach the port, both live as with a folder and the live port."""
+    call= say how the original's arguments reach the port, both live as with a folder and the live port; or
+    port_inputs= gives the port its own arguments."""
     original, x, _, _ = case
     keywords = {"input_features": x[0], "decoder_input_ids": x[1]}
     port = ed.Port.from_original(original, {"gelu_tanh"})
@@ -73,5 +74,23 @@ def test_two_live_modules_each_called_its_own_way(case):
     called = nbtrace.compare(original, ed.Port.from_original(original), inputs=keywords, rename=ed.RENAME,
                              call=lambda p, input_features, decoder_input_ids: p(input_features, decoder_input_ids))
     assert called.verdict == "agree", called.summary()
-    with pytest.raises(ValueError, match="give inputs_map or call, not both"):
+    own = nbtrace.compare(original, port, inputs=x, port_inputs={"features": x[0], "tokens": x[1]}, rename=ed.RENAME)
+    assert own.first_divergence.module_path == ed.BUGS["gelu_tanh"] and own.replay.both_live, own.summary()
+    with pytest.raises(ValueError, match="give one of inputs_map, call or port_inputs, not inputs_map and call"):
         nbtrace.compare(original, port, inputs=keywords, inputs_map={}, call=lambda p, **k: p(**k))
+
+
+def test_narrow_two_live_modules_each_called_its_own_way(case):
+    """narrow(original, port, ...) takes the same per-side call description as compare: inputs_map binds the
+    original's keywords to the port's parameters; the GELU that differs is named at its line, the correct port has
+    no diverging operation, and a keyword of the other form of narrow is refused."""
+    original, x, _, _ = case
+    keywords = {"input_features": x[0], "decoder_input_ids": x[1]}
+    names = {"input_features": "features", "decoder_input_ids": "tokens"}
+    found = nbtrace.narrow(original, ed.Port.from_original(original, {"gelu_tanh"}), (), keywords, inputs_map=names)
+    assert found.first is not None and found.first.port.name == "gelu" and "F.gelu" in found.first.reference.source.text
+    assert nbtrace.narrow(original, ed.Port.from_original(original), (), keywords, inputs_map=names).first is None
+    with pytest.raises(ValueError, match="reference= does not apply to narrow"):
+        nbtrace.narrow(original, original, x, reference=original)
+    with pytest.raises(ValueError, match="give inputs_map or port_args/port_kwargs, not both"):
+        nbtrace.narrow(original, original, x, inputs_map=names, port_args=x)

@@ -108,5 +108,6 @@ def test_an_ambiguous_call_names_what_is_unmatched_and_how_to_say_it():
 
 
 def test_inputs_map_is_for_a_live_port(tmp_path):
-    with pytest.raises(ValueError, match="inputs_map: how to call a live port; b is str"):
+    with pytest.raises(ValueError, match=r"inputs_map= \(how the reference's arguments reach a live port\) does not "
+                                         "apply to a comparison of two traces"):
         nbtrace.compare(str(tmp_path), str(tmp_path), inputs_map={"input_ids": "ids"})

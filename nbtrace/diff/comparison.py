@@ -94,6 +94,7 @@ class Comparison:
         self.ignore = ignore
         self._by_a = {id(m.a): m for m in matches}
         self._pruned_a = {id(n) for n in alignment.pruned_a}
+        self._idle_a = {id(n) for n in alignment.idle_a}
         self._report: list[dict[str, Any]] | None = None
         self._weights: list[WeightFinding] | None = None
         self._flows = flows
@@ -178,7 +179,8 @@ class Comparison:
     # -- the public view ------------------------------------------------------------
     @property
     def unmatched_a(self) -> list[Node]:
-        """Calls of a with no counterpart in b (structure, or layer blocks pruned from b)."""
+        """Calls of a with no counterpart in b (structure, or layer blocks pruned from b); calls that compute
+        nothing (an Identity, a Dropout in eval mode) are not among them: ``alignment.idle_a``."""
         return self.alignment.only_a + self.alignment.pruned_a
 
     @property
@@ -237,8 +239,9 @@ class Comparison:
 
     @property
     def coverage(self) -> float:
-        """The share of a's calls with a counterpart in b (pruned-away blocks not counted)."""
-        total = len(self.a.nodes()) - len(self.alignment.pruned_a)
+        """The share of a's calls with a counterpart in b (pruned-away blocks, and calls that compute nothing and
+        have no counterpart, not counted)."""
+        total = len(self.a.nodes()) - len(self.alignment.pruned_a) - len(self.alignment.idle_a)
         return len(self.matches) / total if total > 0 else 0.0
 
     @property
@@ -354,7 +357,7 @@ def _compare(a: Trace, b: Trace, rename: Mapping[str, str] | None, rtol: float |
     if rtol is None and atol is None and not (a.ranks or b.ranks):  # the noise-aware verdict may follow
         measured = PairStats(padding_rows(a, caches[0]), flows[0] if flows else None)
     compare_pair = call_comparer(a, b, rtol, atol, compile_ignore(ignore), FullPairs(*caches, measured))
-    alignment = align(a, b, rename if by_path is None else by_path, flows)
+    alignment = align(a, b, rename if by_path is None else by_path, flows, caches)
     if by_path is not None:
         alignment.method = "module path"
     matches = [Match(x, y, compare_pair(x, y)) for x, y in alignment.pairs]

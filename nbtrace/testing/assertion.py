@@ -65,7 +65,7 @@ def assert_port_matches(
     ``inputs_map``, ``call``...) go to ``nbtrace.compare``. Returns the Comparison when it passes.
     """
     __tracebackhide__ = True  # pytest shows the message, not this function's code
-    from ..diff.steps.step_compare import compare
+    from ..diff.compare import compare
 
     live_reference = isinstance(reference, nn.Module)
     if live_reference and inputs is None:

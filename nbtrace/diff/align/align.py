@@ -4,7 +4,9 @@ Two ways:
 
 - ``rename`` given: ``b``'s module paths are rewritten with each ``regex -> replacement``
   in order (``re.sub``, the root class name included) and calls pair up by
-  ``(path, call_index)``.
+  ``(path, call_index)``; a pattern holding ``#`` sees and may write ``path#call_index``.
+- calls that compute nothing (an Identity, a Dropout in eval mode; ``idle.py``) and have no counterpart are set
+  aside (``idle_a``/``idle_b``); by call order they are left out of the sequences before aligning.
 - otherwise, by call order: both call sequences are aligned (global sequence
   alignment, like a diff) on what the calls look like and how they are wired, never on
   their values (``call_features.py``), so calls present on one side only (a dropout, an
@@ -31,7 +33,8 @@ from ...core.structure import has_pruning_gaps, would_be_pruned
 from ...core.trace import Trace
 from .anchors import lcs_anchors, unique_anchors
 from .call_features import CallFeatures, features, pair_score
-from .flow import Flow
+from .flow import Flow, TensorCache
+from .idle import computes_nothing
 
 _GAP = 1.0  # cost of leaving one call unmatched
 _FULL_DP_CELLS = 1_000_000  # above this, a segment is aligned greedily (see _greedy)
@@ -52,6 +55,9 @@ class Alignment:
     pruned_b: list[Node] = field(default_factory=list)
     method: str = "sequence"
     ambiguous: list[tuple[Node, Node]] = field(default_factory=list)
+    #: calls with no counterpart that compute nothing (``idle.py``): not in ``only_a``/``only_b``, nor counted
+    idle_a: list[Node] = field(default_factory=list)
+    idle_b: list[Node] = field(default_factory=list)
 
 
 def compile_rename(rename: Mapping[str, str] | None) -> list[tuple[re.Pattern[str], str]]:
@@ -74,9 +80,10 @@ def apply_rename(path: str, rules: list[tuple[re.Pattern[str], str]]) -> str:
 
 
 def align(a: Trace, b: Trace, rename: Mapping[str, str] | None = None,
-          flows: tuple[Flow, Flow] | None = None) -> Alignment:
+          flows: tuple[Flow, Flow] | None = None, caches: tuple[TensorCache, TensorCache] | None = None) -> Alignment:
     """Pair the calls of ``b`` with those of ``a``; see the module docstring. ``flows`` are the two traces'
-    data flows (built here when the alignment by call order needs them and none are given)."""
+    data flows (built here when the alignment by call order needs them and none are given); ``caches`` read the
+    tensors of calls that may compute nothing (``idle.py``), where no flows are given."""
     rules = compile_rename(rename)
     ambiguous: list[tuple[Node, Node]] = []
     pruned_a, pruned_b = _equalize_pruning(a, b)
@@ -87,19 +94,36 @@ def align(a: Trace, b: Trace, rename: Mapping[str, str] | None = None,
     if rename is not None:
         pairs = _by_path(nodes_a, nodes_b, rules)
         method = "rename"
+        if caches is None:
+            caches = (flows[0].cache, flows[1].cache) if flows else (TensorCache(), TensorCache())
+        idle: list[list[Node]] = [[], []]
     else:
-        pairs, ambiguous = _by_sequence(nodes_a, nodes_b, flows or (Flow(a), Flow(b)))
+        flows = flows or (Flow(a), Flow(b))
+        caches = (flows[0].cache, flows[1].cache)
+        idle = [[n for n in nodes if computes_nothing(n, cache.fingerprint)]  # out of the sequences to align
+                for nodes, cache in ((nodes_a, caches[0]), (nodes_b, caches[1]))]
+        left_out = {id(n) for n in idle[0] + idle[1]}
+        pairs, ambiguous = _by_sequence([n for n in nodes_a if id(n) not in left_out],
+                                        [n for n in nodes_b if id(n) not in left_out], flows)
         method = "sequence"
     matched_a = {id(x) for x, _ in pairs}
     matched_b = {id(y) for _, y in pairs}
+    only_a = [n for n in nodes_a if id(n) not in matched_a]
+    only_b = [n for n in nodes_b if id(n) not in matched_b]
+    if rename is not None:
+        idle = [[n for n in only if computes_nothing(n, cache.fingerprint)]
+                for only, cache in ((only_a, caches[0]), (only_b, caches[1]))]
+    left_out = {id(n) for n in idle[0] + idle[1]}
     return Alignment(
         pairs=pairs,
-        only_a=[n for n in nodes_a if id(n) not in matched_a],
-        only_b=[n for n in nodes_b if id(n) not in matched_b],
+        only_a=[n for n in only_a if id(n) not in left_out],
+        only_b=[n for n in only_b if id(n) not in left_out],
         pruned_a=pruned_a,
         pruned_b=pruned_b,
         method=method,
         ambiguous=ambiguous,
+        idle_a=idle[0],
+        idle_b=idle[1],
     )
 
 
@@ -115,12 +139,23 @@ def _equalize_pruning(a: Trace, b: Trace) -> tuple[list[Node], list[Node]]:
 
 # -- by path ---------------------------------------------------------------------
 def _by_path(nodes_a: list[Node], nodes_b: list[Node], rules) -> list[tuple[Node, Node]]:
+    """Pair by (renamed path, call index). Rules whose pattern holds ``#`` see ``path#k`` (b's k-th call of the
+    renamed path) and may write ``path#j`` (a's j-th call): one module called twice on one side pairs with two
+    modules on the other. Without ``#``, several of b's modules renamed onto one path take its calls in order."""
+    plain = [(regex, to) for regex, to in rules if "#" not in regex.pattern]
+    by_call = [(regex, to) for regex, to in rules if "#" in regex.pattern]
     index: dict[tuple[str, int], Node] = {}
     seen: dict[str, int] = {}
     for node in nodes_b:
-        path = apply_rename(node.module_path, rules)
+        path = apply_rename(node.module_path, plain)
         call = seen.get(path, 0)
         seen[path] = call + 1
+        if by_call:
+            renamed = apply_rename(f"{path}#{call}", by_call)
+            path, _, told = renamed.rpartition("#")
+            if not path or not told.isdigit():
+                path, told = renamed, str(call)
+            call = int(told)
         index.setdefault((path, call), node)
     counts: dict[str, int] = {}
     pairs = []

@@ -5,7 +5,7 @@ the bug it is meant to find (two same-shape projections, q_proj and o_proj, trad
 as soon as o_proj's values are off). A call is described by what it *is* and how it is
 *wired*, each read from its own trace alone (``flow.py``):
 
-- leaf or not, its number of children; the shapes and dtype kinds of its inputs and
+- leaf or not, its number of children (those that compute something: ``idle.py``); the shapes and dtype kinds of its inputs and
   outputs; whether it hands its input back unchanged (an identity, a dropout in eval:
   it never stands for a computation);
 - its ``.N`` layer numbers and its name (a hint);
@@ -23,6 +23,7 @@ from ...core.dtypes import dtype_kind
 from ...core.node import Node
 from ...core.paths import path_numbers
 from .flow import Flow
+from .idle import computes_nothing
 
 _MIN_SCORE = 3.0  # weaker pairs are never matched
 _TOKEN = re.compile(r"[A-Za-z]+")
@@ -52,7 +53,8 @@ class CallFeatures:
     def __init__(self, node: Node, flow: Flow | None, readers: dict[int, int]) -> None:
         self.node = node
         self.leaf = not node.children
-        self.children = len(node.children)
+        self.children = len(node.children) if flow is None else \
+            sum(1 for child in node.children if not computes_nothing(child, flow.cache.fingerprint))
         tensors = node.tensors()
         ins = [t for io, _, t in tensors if io == "input"]
         outs = [t for io, _, t in tensors if io == "output"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from typing import Any
@@ -31,7 +32,9 @@ def compare_calls(
 
     Tensors pair by argument name when shapes agree (up to leading size-1 dimensions), else by shape in order,
     within the same kind (float, int, bool); tensors left over are not compared.
-    A leaf output with the same name but another shape pairs as a shape mismatch.
+    A leaf output with the same name but another number of elements pairs as a shape mismatch; with as many
+    elements in another shape it is another layout of values (a convolution's ``[B, C, H, W]`` against a linear
+    patch projection's ``[B, H*W, C]``), which the calls that read it judge, and it is not compared.
     """
     diffs = []
     full = (lambda d, tx, ty: measure(x, d, tx, ty)) if measure is not None else None
@@ -62,7 +65,7 @@ def _pick(arg, tensor, theirs, used, io) -> int | None:
                 return k
             if fallback is None:
                 fallback = k
-        elif b_arg == arg and by_name is None:
+        elif b_arg == arg and by_name is None and math.prod(other.shape) != math.prod(tensor.shape):
             by_name = k
     if fallback is not None:
         return fallback

@@ -81,15 +81,18 @@ def top_level_inputs(reference: Trace, port: nn.Module, inputs_map: Mapping[str,
 
 
 def as_call(inputs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """``inputs`` of ``compare(..., inputs=)`` as ``(args, kwargs)``: a tensor, a dict of keywords, or a pair."""
+    """``inputs`` of ``compare(..., inputs=)`` as ``(args, kwargs)``: a tensor, a dict of keywords, a pair
+    ``(args, kwargs)``, or a tuple of positional arguments (none of them a dict: ``(mel, tokens)``)."""
     if isinstance(inputs, torch.Tensor):
         return (inputs,), {}
     if isinstance(inputs, Mapping):
         return (), dict(inputs)
     if isinstance(inputs, tuple) and len(inputs) == 2 and isinstance(inputs[1], Mapping):
         return tuple(inputs[0]), dict(inputs[1])
-    raise TypeError(f"inputs must be a tensor, a dict of keyword arguments or (args, kwargs); got "
-                    f"{type(inputs).__name__}")
+    if isinstance(inputs, tuple) and not any(isinstance(item, Mapping) for item in inputs):
+        return inputs, {}
+    raise TypeError(f"inputs must be a tensor, a dict of keyword arguments, (args, kwargs) or a tuple of positional "
+                    f"arguments; got {type(inputs).__name__}")
 
 
 def _traced(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], who: str,
@@ -114,17 +117,18 @@ def _traced(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], wh
 
 def compare_both_live(reference: nn.Module, port: nn.Module, inputs: Any, *,
                       rename: Mapping[str, str] | None = None, inputs_map: Mapping[str, str] | None = None,
-                      call: Callable[..., Any] | None = None, **options: Any) -> Comparison:
+                      call: Callable[..., Any] | None = None, port_inputs: Any = None,
+                      **options: Any) -> Comparison:
     """Trace the reference and the port on the same ``inputs``, align them, and run each aligned pair in
     float64 on the reference's recorded inputs (``method == "replay"``, ``decided_by == "both live"``).
-    ``inputs_map``/``call`` say how the reference's arguments reach a port with another signature."""
-    if call is not None and inputs_map is not None:
-        raise ValueError("give inputs_map or call, not both: call receives the arguments as recorded")
+    ``inputs_map``/``call`` say how the reference's arguments reach a port with another signature;
+    ``port_inputs`` gives the port its own arguments (the same forms as ``inputs``)."""
     args, kwargs = as_call(inputs)
     a, folder = _traced(reference, args, kwargs, "reference")
     try:
         comparison = _compare_replayed(a, port, options.pop("replay", True), rename, options, reference=reference,
-                                       inputs_map=inputs_map, call=call)
+                                       inputs_map=inputs_map, call=call,
+                                       port_call=as_call(port_inputs) if port_inputs is not None else None)
     except Exception:
         shutil.rmtree(folder, ignore_errors=True)
         raise
@@ -140,16 +144,15 @@ def compare_live(reference: Any, port: nn.Module, *, replay: bool | str = True,
     arguments to the port's parameters; ``call(port, *args, **kwargs)``, given the arguments as recorded,
     runs the port instead."""
     a = load_trace(reference)
-    if call is not None and inputs_map is not None:
-        raise ValueError("give inputs_map or call, not both: call receives the arguments as recorded")
     return _compare_replayed(a, port, replay, rename, options, inputs_map=inputs_map, call=call)
 
 
 def _compare_replayed(a: Trace, port: nn.Module, replay: bool | str, rename: Mapping[str, str] | None,
                       options: dict[str, Any], reference: nn.Module | None = None,
                       inputs_map: Mapping[str, str] | None = None,
-                      call: Callable[..., Any] | None = None) -> Comparison:
-    args, kwargs = top_level_inputs(a, port, inputs_map, bound=call is None)
+                      call: Callable[..., Any] | None = None,
+                      port_call: tuple[tuple[Any, ...], dict[str, Any]] | None = None) -> Comparison:
+    args, kwargs = port_call if port_call is not None else top_level_inputs(a, port, inputs_map, bound=call is None)
     b, folder = _traced(port, args, kwargs, "port", call=call)
     comparison = compare(a, b, rename=rename, **options)
     comparison.live_port = port  # narrow(comparison) runs the blamed call's module again

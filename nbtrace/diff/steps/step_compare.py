@@ -1,4 +1,4 @@
-"""``compare(a, b)``: one forward against one, or a run of several forwards against another, step by step.
+"""A run of several forwards against another, step by step (``compare``'s path for runs: ``diff/compare.py``).
 
 A side holds several forwards when it is a folder with ``forward_<i>/`` folders, a list or
 tuple of Traces (or trace paths), or a Recorder (``rec.traces``). Then the forwards pair up
@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
-
-from torch import nn
 
 from ...core.forwards import forward_sources, holds_several_forwards
 from ...core.generation import CacheFacts, cache_facts, fed_tokens, input_length, picked_tokens, token_margins
@@ -82,73 +80,12 @@ def _load(source: Any) -> Trace:
     return source if isinstance(source, Trace) else load_trace(source)
 
 
-def compare(
-    a: Any,
-    b: Any,
-    *,
-    rename: Mapping[str, str] | None = None,
-    rtol: float | None = None,
-    atol: float | None = None,
-    ignore: str | None = None,
-    check_cache: bool = True,
-    replay: bool | str = True,
-    inputs: Any = None,
-    **options: Any,
-) -> Comparison | StepsComparison:
-    """Compare ``b`` against the reference ``a``: a Comparison for two single forwards, else a StepsComparison.
-
-    ``a`` and ``b`` are Traces or trace paths (one forward each; see ``comparison.compare``),
-    or runs of several forwards: a folder written by a traced ``generate`` (``forward_<i>/``
-    and the last forward; per rank in a folder of ``rank_<r>/`` folders), a list of Traces
-    or paths, or a Recorder. Runs pair up forward by forward in
-    order; ``first_divergence.step`` is the index of the first forward that diverges (0 for
-    a single forward) and ``.module_path`` the module inside it. ``check_cache`` compares
-    each step's KV cache update too (a cache one layer forgets to update is named in the
-    step it happens, not one step later). ``rename``, ``rtol``, ``atol``, ``ignore`` (and
-    any other keyword of ``comparison.compare``) apply to each pair of forwards.
-
-    ``b`` may be the port itself, a live ``nn.Module`` (``a`` one forward with full tensors): it is run on
-    a's recorded top-level inputs, traced, and each aligned module is replayed on the inputs a recorded
-    for that call (``live.py``); ``replay`` limits that ("leaves", "all"; False: the verdict from files).
-    ``inputs_map`` (recorded argument -> the port's parameter) or ``call`` (``call(port, *args, **kwargs)``,
-    the arguments as recorded) say how the recorded inputs map onto the port's ``forward``.
-
-    Both may be live modules, with ``inputs`` (a tensor, a dict of keywords, or ``(args, kwargs)``): both are
-    traced on them, aligned, and each aligned pair is run in float64 on the reference's recorded inputs
-    (``decided_by == "both live"``).
-    """
-    options.update(rename=rename, rtol=rtol, atol=atol, ignore=ignore)
-    if isinstance(a, nn.Module):
-        if not isinstance(b, nn.Module) or inputs is None:
-            raise ValueError("a live reference module needs a live port module and inputs=: "
-                             "compare(reference_module, port_module, inputs=(args, kwargs) or a dict or a tensor)")
-        from ..replay.live import compare_both_live
-
-        return compare_both_live(a, b, inputs, replay=replay, **options)
-    if inputs is not None:
-        raise ValueError("inputs= is for two live modules (compare(reference_module, port_module, inputs=...)); "
-                         "with a trace as the reference the port runs on its recorded inputs")
-    check_side(a, "a")
-    if not isinstance(b, nn.Module):
-        check_side(b, "b", " or the live port (an nn.Module)")
-    if isinstance(b, nn.Module):
-        if holds_several(a):
-            raise ValueError("a live port can be compared with one forward of the reference; for several "
-                             "(generate), trace the port too and compare the two runs")
-        from ..replay.live import compare_live
-
-        return compare_live(a, b, replay=replay, **options)
-    live_only = [key for key in ("inputs_map", "call") if key in options]
-    if live_only:
-        raise ValueError(f"{' and '.join(live_only)}: how to call a live port; b is {type(b).__name__}, "
-                         "not an nn.Module")
-    if holds_several(a) or holds_several(b):
-        return compare_steps(a, b, check_cache=check_cache, **options)
-    return compare_forward(a, b, **options)
-
-
 def compare_steps(a: Any, b: Any, *, check_cache: bool = True, **options: Any) -> StepsComparison:
-    """Compare two runs of several forwards step by step (see ``compare``); always a StepsComparison."""
+    """Compare two runs of several forwards step by step (see the module docstring); always a StepsComparison.
+    ``first_divergence.step`` is the index of the first forward that diverges and ``.module_path`` the module
+    inside it; ``check_cache`` compares each step's KV cache update too (a cache one layer forgets to update is
+    named in the step it happens, not one step later); ``options`` (rename, rtol, atol, ignore) apply to each
+    pair of forwards."""
     sources_a, sources_b = step_sources(a, "a"), step_sources(b, "b")
 
     def compare_one(trace_a: Trace, trace_b: Trace) -> Comparison:

@@ -19,7 +19,8 @@ def node_report(comparison: Comparison) -> list[dict[str, Any]]:
     for node in nodes:
         match = comparison.match_of(node)
         if match is None:
-            status = "no_data" if id(node) in comparison._pruned_a else "only_a"
+            nothing = id(node) in comparison._pruned_a or id(node) in comparison._idle_a  # pruned, or an Identity
+            status = "no_data" if nothing else "only_a"
             rows.append({"module_path": node.module_path, "status": status, "b_path": None, "score": None})
             continue
         verdict = match.verdict()

@@ -106,21 +106,25 @@ class Counterparts:
 
     def __init__(self, comparison: Comparison, twin_b: Twin) -> None:
         self.comparison, self.twin_b = comparison, twin_b
-        self.roles: dict[str, str] = {}
+        #: (a's masked path, call index) -> (b's masked path, call index): one module called twice on one side can
+        #: stand for two modules on the other (a rename with ``#k``)
+        self.roles: dict[tuple[str, int], tuple[str, int]] = {}
         for match in comparison.matches:
             a, b = match.a.module_path, match.b.module_path
             if _NUMBER.search(a) and len(_NUMBER.findall(a)) == len(_NUMBER.findall(b)):
-                self.roles.setdefault(_NUMBER.sub("#", a), _NUMBER.sub("#", b))
+                self.roles.setdefault((_NUMBER.sub("#", a), match.a.call_index),
+                                      (_NUMBER.sub("#", b), match.b.call_index))
 
     def of(self, call: Any) -> tuple[str | None, dict[str, TwinPrint]]:
         """``(b's call name, its fingerprints)``; ``(None, {})`` where b has no counterpart."""
         match = self.comparison.match_of(call) if isinstance(call, Node) else None
         if match is not None:
             return call_key(match.b.module_path, match.b.call_index), self.twin_b.of(match.b)
-        pattern = self.roles.get(_NUMBER.sub("#", call.module_path))
-        if pattern is None:
+        role = self.roles.get((_NUMBER.sub("#", call.module_path), call.call_index))
+        if role is None:
             return None, {}
+        pattern, call_index = role
         numbers = iter(_NUMBER.findall(call.module_path))
         path = re.sub(r"#", lambda _: next(numbers), pattern)
-        key = call_key(path, call.call_index)
+        key = call_key(path, call_index)
         return key, self.twin_b.calls.get(key, {})

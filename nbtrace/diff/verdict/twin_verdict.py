@@ -254,16 +254,20 @@ def _events(comparison: Comparison, twin_a: Twin, twin_b: Twin, allowance: _Allo
 def _pairs(mine_all: dict[str, TwinPrint], theirs_all: dict[str, TwinPrint], io: str, allowance: _Allowance,
            ignore: re.Pattern[str] | None) -> list[TwinPair]:
     """The tensors of one event paired: by place name where both have it with as many elements, else in order
-    among those of equal size; places the ``ignore`` pattern names are left out."""
+    among those of equal size; places the ``ignore`` pattern names are left out. A fingerprint projects the
+    elements in their flat order, so two shapes pair only where one splits or merges neighbouring dimensions of
+    the other (``[B, T, N, H]`` and ``[B, T, N*H]``), never where the elements are laid out in another order
+    (pixels ``[B, C, H, W]`` and their patches ``[B, T, C*P*P]``: the alignment's pairing, not a fingerprint)."""
     prefix = "out" if io == "output" else ("args.", "kwargs.")
     mine = [(p, t) for p, t in mine_all.items() if p.startswith(prefix) and not _ignored(p, ignore)]
     theirs = [(p, t) for p, t in theirs_all.items() if p.startswith(prefix) and not _ignored(p, ignore)]
     pairs, used = [], set()
     for place, print_a in mine:
-        pick = next((k for k, (q, t) in enumerate(theirs) if k not in used and q == place and t.numel == print_a.numel),
-                    None)
+        pick = next((k for k, (q, t) in enumerate(theirs) if k not in used and q == place
+                     and same_flat_order(t.shape, print_a.shape)), None)
         if pick is None:
-            pick = next((k for k, (_, t) in enumerate(theirs) if k not in used and t.numel == print_a.numel), None)
+            pick = next((k for k, (_, t) in enumerate(theirs) if k not in used
+                         and same_flat_order(t.shape, print_a.shape)), None)
         if pick is None:
             continue
         used.add(pick)
@@ -273,6 +277,22 @@ def _pairs(mine_all: dict[str, TwinPrint], theirs_all: dict[str, TwinPrint], io:
         if pair.evidence is not None or pair.undecided is not None:
             pairs.append(pair)
     return pairs
+
+
+def same_flat_order(shape_a: tuple[int, ...], shape_b: tuple[int, ...]) -> bool:
+    """True when one shape is the other with neighbouring dimensions merged or split (equal element counts, and
+    every running product of one is a running product of the other), so a view of one is the other."""
+    def running(shape: tuple[int, ...]) -> set[int]:
+        found, total = set(), 1
+        for size in shape:
+            total *= size
+            found.add(total)
+        return found
+
+    if math.prod(shape_a) != math.prod(shape_b):
+        return False
+    mine, theirs = running(tuple(shape_a)), running(tuple(shape_b))
+    return mine <= theirs or theirs <= mine
 
 
 def _ignored(place: str, ignore: re.Pattern[str] | None) -> bool:

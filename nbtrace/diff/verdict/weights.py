@@ -5,7 +5,8 @@ statistics, a bit checksum, row/column block norms, which narrower dtypes hold t
 exactly, and values at fixed positions (and those of its transpose, for a matrix).
 From those alone a difference is classified as one of: missing, extra, shape, transposed,
 scaled, rows (one block of rows off), columns, rounded (as by a lossy dtype round trip),
-dtype (another dtype, values agreeing to its rounding), bits (below what fingerprints
+dtype (another dtype, values agreeing to its rounding), layout (the same values in the same flat order under
+another shape), bits (below what fingerprints
 resolve), perturbed (anything else), with the numbers that show it.
 
 Weights are evidence of a function, so what computes the same product is not a difference:
@@ -175,6 +176,9 @@ def classify(a: dict[str, Any], b: dict[str, Any]) -> tuple[str, str, float | No
         return None
     shape_a, shape_b = a.get("shape"), b.get("shape")
     if shape_a != shape_b:
+        if _reshaped(a, b):
+            return "layout", f"shape {shape_b} where a has {shape_a}: the same values in the same order (a " \
+                "convolution's kernel as a linear layer's matrix, heads split or merged)", 0.0, False
         if _reversed(shape_a, shape_b):
             return _other_layout(a, b)
         if _fused(shape_a, shape_b):
@@ -228,6 +232,15 @@ def _shape_of_difference(a: dict, b: dict, xs: list[float], ys: list[float], rel
         if narrow in b.get("exact_in", []) and narrow not in a.get("exact_in", []) and _within_rounding(xs, ys, narrow):
             return "rounded", f"rounded through {narrow}, as by a lossy conversion (relative {_fmt(rel)})", rel, True
     return None
+
+
+def _reshaped(a: dict, b: dict) -> bool:
+    """The same elements in the same flat order under another shape: equal element counts, bit sums, dtypes and
+    values at the (flat) sample positions."""
+    shape_a, shape_b = a.get("shape"), b.get("shape")
+    if not isinstance(shape_a, list) or not isinstance(shape_b, list) or math.prod(shape_a) != math.prod(shape_b):
+        return False
+    return a.get("samples") is not None and all(a.get(key) == b.get(key) for key in ("checksum", "dtype", "samples"))
 
 
 def _reversed_or_fused(a: dict, b: dict) -> bool:
