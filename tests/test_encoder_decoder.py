@@ -94,3 +94,17 @@ def test_narrow_two_live_modules_each_called_its_own_way(case):
         nbtrace.narrow(original, original, x, reference=original)
     with pytest.raises(ValueError, match="give inputs_map or port_args/port_kwargs, not both"):
         nbtrace.narrow(original, original, x, inputs_map=names, port_args=x)
+
+
+def test_a_bfloat16_port_against_the_float32_original(case):
+    """Weights and inputs rounded into the port's dtype are the port's rounding: the correct bfloat16 port agrees
+    with the float32 original's folder, replayed and traced; the cross-attention without its scale is named."""
+    original, x, reference, base = case
+    for bug in (None, "cross_scale"):
+        port = ed.Port.from_original(original, {bug} if bug else set()).to(torch.bfloat16)
+        traced = _folder(port, (x[0].bfloat16(), x[1]), base / f"bf16-{bug}")
+        for c in (nbtrace.compare(reference, traced, rename=ed.RENAME), nbtrace.compare(reference, port, rename=ed.RENAME)):
+            if bug is None:
+                assert c.verdict == "agree", c.summary()
+            else:
+                assert c.first_divergence.module_path == ed.BUGS[bug], c.summary()

@@ -77,7 +77,25 @@ def top_level_inputs(reference: Trace, port: nn.Module, inputs_map: Mapping[str,
         args, kwargs = rebuild(reference.root.inputs, load)
     except Unreplayable as exc:
         raise ValueError(f"the reference's top-level inputs cannot be rebuilt: {exc}") from None
+    args, kwargs = _in_port_dtype(port, args, kwargs)
     return bind(port.forward, args, kwargs, inputs_map) if bound else (args, kwargs)
+
+
+def _in_port_dtype(port: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+                   ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The recorded float inputs in the dtype the port holds all its float parameters in, where that differs (a
+    bfloat16 port run on a float32 original's inputs: rounded into its dtype, as its user would feed it)."""
+    dtypes = {p.dtype for p in port.parameters() if p.is_floating_point()}
+    if len(dtypes) != 1:
+        return args, kwargs
+    [dtype] = dtypes
+
+    def cast(value: Any) -> Any:
+        if isinstance(value, torch.Tensor) and value.is_floating_point() and value.dtype != dtype:
+            return value.to(dtype)
+        return value
+
+    return tuple(cast(v) for v in args), {k: cast(v) for k, v in kwargs.items()}
 
 
 def as_call(inputs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:

@@ -42,7 +42,7 @@ import torch
 from torch import nn
 
 from ...core.collector import older_objects_frozen
-from ...core.dtypes import is_float
+from ...core.dtypes import is_float, short_dtype
 from ...core.node import Node
 from ...core.tensor import TensorValue
 from .callargs import Unreplayable, rebuild, tensors_of
@@ -241,6 +241,9 @@ class Replayer:
                     result.notes.append(f"{arg} has no partner in the reference: the port's own value was used")
             if loaded is None:
                 raise Unreplayable(f"argument {arg} has no full tensor in the trace (use_repr=False)")
+            wanted = getattr(torch, short_dtype(tensor.dtype), None) if is_float(tensor.dtype) else None
+            if isinstance(wanted, torch.dtype) and loaded.is_floating_point() and loaded.dtype != wanted:
+                loaded = loaded.to(wanted)  # a bfloat16 port fed a float32 reference's values: rounded into its dtype
             return loaded.reshape(tensor.shape).clone()  # the port's shape: they may differ by leading 1s
 
         return substitute

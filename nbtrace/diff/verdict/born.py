@@ -180,7 +180,7 @@ def mark_carried(comparison: Comparison, judge: FileVerdict, divergence: FirstDi
 
     A tensor carries it when the call where the difference is born made it (or a later call flagged on
     its own), or when it was made from a tensor that carries it and differs by more than the rounding of
-    the code that made it.
+    the code that made it. Integer and bool tensors keep their exact comparison.
     """
     carried: set[int] = set()
     origin = divergence.node if divergence is not None else None
@@ -199,8 +199,8 @@ def mark_carried(comparison: Comparison, judge: FileVerdict, divergence: FirstDi
         carried.update(id(s.source) for s in judge.flow_a.call_output(origin))
     for match in comparison.matches:
         for d in match.diffs:
-            if d.basis != "tensors" or d.ok is None:
-                continue
+            if d.basis != "tensors" or d.ok is None or d.rtol == 0:
+                continue  # integers and bools round nothing: equal or not, as measured
             slot = judge.flow_a.slot(match.a, d.io, d.arg)
             hit = slot is not None and (id(slot) in carried or id(slot.source) in carried)
             d.ok = not (hit and _differs(d)) and d.problem is None

@@ -17,7 +17,7 @@ from ...core.node import Node
 from ...core.dtypes import is_float
 from ...core.structure import shows_pruning
 from ..measure.metrics import TensorDiff
-from ..measure.noise import unit_roundoff
+from ..measure.noise import dtype_name, unit_roundoff
 from ..measure.rounding import SUSPECT, brief, confidence
 from .divergence import FirstDivergence, b_only_between
 from .evidence import CallDifference, Evidence
@@ -224,13 +224,20 @@ def twin_note(verdict: TwinVerdict) -> str | None:
 
 
 def constants_note(verdict: TwinVerdict) -> str | None:
-    """Where the two sides' float constants differ, how much of a difference of function their rounding hides."""
-    if not verdict.constants_differ:
+    """Where the two sides' float constants differ, or one side stores its weights in a narrower dtype, how much
+    of a difference of function their rounding hides."""
+    if not verdict.constants_differ and not verdict.stored:
         return None
     last = next((e for e in reversed(verdict.events) if e.decided), None)
     pair = max(last.decided, key=lambda p: p.evidence.threshold) if last is not None else None
     size = pair.evidence.threshold / pair.a.rms if pair is not None and pair.a.rms else None
     hidden = f" (up to {size:.2g} relative at {last.node.module_path})" if size is not None else ""
+    if verdict.stored:
+        name = dtype_name(verdict.stored)
+        return (f"one side stores its weights in {name} (a port's weights are the original's rounded into its dtype, "
+                f"its inputs too): the twins allow what that rounding moves{hidden}, and a smaller difference of "
+                f"function (an activation's approximation, a norm's eps) is not seen; compare the port with a {name} "
+                f"copy of the original (original.to(torch.{name})) to see those")
     return ("the float constants each side computed for itself differ (a rotary or position table held by one side, "
             "computed in the forward by the other, or by other arithmetic): the twins allow up to "
             f"{CONSTANT_ROUNDINGS:g} of their roundings{hidden}, and a smaller difference of function is not seen")

@@ -117,6 +117,8 @@ class TwinVerdict:
     open_at: Node | None = None
     note: str = ""
     constants_differ: bool = False
+    #: the unit roundoff of the narrower dtype one side stores its weights in (``stored_rounding``), else 0
+    stored: float = 0.0
     compared: int = 0
 
     @property
@@ -154,8 +156,9 @@ def twin_verdict(comparison: Comparison) -> TwinVerdict | None:
     twin_a, twin_b = comparison.a.twin, comparison.b.twin
     differ = tuple(twin_a.constants) != tuple(twin_b.constants)
     ignore = re.compile(comparison.ignore) if comparison.ignore else None
-    events = _events(comparison, twin_a, twin_b, _Allowance(differ, stored_rounding(comparison)), ignore)
-    verdict = TwinVerdict("nothing", events=events, constants_differ=differ)
+    stored = stored_rounding(comparison)
+    events = _events(comparison, twin_a, twin_b, _Allowance(differ, stored), ignore)
+    verdict = TwinVerdict("nothing", events=events, constants_differ=differ, stored=stored)
     verdict.compared = sum(len(e.decided) for e in events)
     good: TwinEvent | None = None
     for index, event in enumerate(events):
@@ -235,6 +238,9 @@ def _events(comparison: Comparison, twin_a: Twin, twin_b: Twin, allowance: _Allo
         if finding.serious:
             weights.setdefault(finding.module_path, []).append(finding)
     counterparts = Counterparts(comparison, twin_b)
+    root_a, root_b = comparison.a.root, comparison.b.root
+    given = ({p.sums for p in twin_a.of(root_a).values()}, {p.sums for p in twin_b.of(root_b).values()}) \
+        if allowance.stored else None  # the model's own inputs, wherever they are handed on unchanged
     for call, io in call_events(comparison, twin_a):
         b_key, theirs = counterparts.of(call)
         if b_key is None:
@@ -243,7 +249,7 @@ def _events(comparison: Comparison, twin_a: Twin, twin_b: Twin, allowance: _Allo
         match = comparison.match_of(call) if isinstance(call, Node) else None
         exact = [d for d in match.diffs if d.io == io and d.ok is not None and d.rtol == 0
                  and d.basis != "shape"] if match is not None else []
-        event = TwinEvent(call, io, _pairs(mine, theirs, io, allowance, ignore), exact)
+        event = TwinEvent(call, io, _pairs(mine, theirs, io, allowance, ignore, given), exact)
         if io == "output" and not call.children:
             event.weights = [weight_evidence(w) for w in weights.get(call.module_path, [])]
         if event.pairs or event.exact or event.weights:
@@ -252,7 +258,7 @@ def _events(comparison: Comparison, twin_a: Twin, twin_b: Twin, allowance: _Allo
 
 
 def _pairs(mine_all: dict[str, TwinPrint], theirs_all: dict[str, TwinPrint], io: str, allowance: _Allowance,
-           ignore: re.Pattern[str] | None) -> list[TwinPair]:
+           ignore: re.Pattern[str] | None, given: tuple[set, set] | None = None) -> list[TwinPair]:
     """The tensors of one event paired: by place name where both have it with as many elements, else in order
     among those of equal size; places the ``ignore`` pattern names are left out. A fingerprint projects the
     elements in their flat order, so two shapes pair only where one splits or merges neighbouring dimensions of
@@ -273,7 +279,7 @@ def _pairs(mine_all: dict[str, TwinPrint], theirs_all: dict[str, TwinPrint], io:
         used.add(pick)
         b_place, print_b = theirs[pick]
         pair = TwinPair(io, place, b_place, print_a, print_b)
-        _judge(pair, allowance)
+        _judge(pair, allowance, given is not None and print_a.sums in given[0] and print_b.sums in given[1])
         if pair.evidence is not None or pair.undecided is not None:
             pairs.append(pair)
     return pairs
@@ -301,7 +307,10 @@ def _ignored(place: str, ignore: re.Pattern[str] | None) -> bool:
     return "mask" in place.lower() or ignore is not None and ignore.search(place) is not None
 
 
-def _judge(pair: TwinPair, allowance: _Allowance) -> None:
+def _judge(pair: TwinPair, allowance: _Allowance, given: bool = False) -> None:
+    """Evidence (or why none) for one pair of twin fingerprints. ``given``: the model's own inputs, which a port
+    that stores its weights in a narrower dtype is given rounded into it (each element moved by at most that
+    dtype's unit roundoff: the RMS of the difference at most ``stored`` times the inputs' RMS)."""
     a, b = pair.a, pair.b
     differ = allowance.differ
     if a.numel != b.numel or a.kept != b.kept and a.left_out == b.left_out:
@@ -326,12 +335,15 @@ def _judge(pair: TwinPair, allowance: _Allowance) -> None:
     # unit roundoff to that dtype's (the perturbation's effect is linear at these sizes)
     stored = max(s_a, s_b) * allowance.stored / U64 if allowance.stored else 0.0
     scale = max(a.rms, b.rms)
-    allowed = K_TWIN * (s_a + s_b + constants + stored) + FLOOR_UNITS * U64 * scale
+    rounded = allowance.stored * scale if given else 0.0
+    allowed = K_TWIN * (s_a + s_b + constants + stored) + FLOOR_UNITS * U64 * scale + rounded
     score = difference / allowed if allowed > 0 else (math.inf if difference > 0 else 0.0)
     also = (f" and {CONSTANT_ROUNDINGS:g} roundings of the float constants each side computed for itself (they "
             f"differ) {_n(constants)}" if differ else "")
     if stored:
         also += f" and the weights one side stores in a narrower dtype {_n(stored)}"
+    if rounded:
+        also += f" and the inputs rounded once into that dtype {_n(rounded)}"
     sentence = (f"the two float64 twins differ by {_n(difference)} (RMS, {_n(difference / scale if scale else 0.0)} "
                 f"relative) where their own float64 precision, measured, is {_n(s_a)} (reference) and {_n(s_b)} "
                 f"(port){also}, and k = {K_TWIN:g} allows {_n(allowed)}")

@@ -176,9 +176,9 @@ def classify(a: dict[str, Any], b: dict[str, Any]) -> tuple[str, str, float | No
         return None
     shape_a, shape_b = a.get("shape"), b.get("shape")
     if shape_a != shape_b:
-        if _reshaped(a, b):
-            return "layout", f"shape {shape_b} where a has {shape_a}: the same values in the same order (a " \
-                "convolution's kernel as a linear layer's matrix, heads split or merged)", 0.0, False
+        reshaped = _reshaped(a, b)
+        if reshaped is not None:
+            return reshaped
         if _reversed(shape_a, shape_b):
             return _other_layout(a, b)
         if _fused(shape_a, shape_b):
@@ -234,13 +234,26 @@ def _shape_of_difference(a: dict, b: dict, xs: list[float], ys: list[float], rel
     return None
 
 
-def _reshaped(a: dict, b: dict) -> bool:
-    """The same elements in the same flat order under another shape: equal element counts, bit sums, dtypes and
-    values at the (flat) sample positions."""
+def _reshaped(a: dict, b: dict) -> tuple[str, str, float, bool] | None:
+    """The same elements in the same flat order under another shape (a convolution's kernel as a linear layer's
+    matrix, heads split or merged): equal element counts, and equal bit sums and values at the (flat) sample
+    positions, or, in another dtype, values that agree to the narrower one's rounding. None otherwise."""
     shape_a, shape_b = a.get("shape"), b.get("shape")
     if not isinstance(shape_a, list) or not isinstance(shape_b, list) or math.prod(shape_a) != math.prod(shape_b):
-        return False
-    return a.get("samples") is not None and all(a.get(key) == b.get(key) for key in ("checksum", "dtype", "samples"))
+        return None
+    xs, ys = _floats(a.get("samples")), _floats(b.get("samples"))
+    if not xs or len(xs) != len(ys):
+        return None
+    words = f"shape {shape_b} where a has {shape_a}: the same values in the same order"
+    if all(a.get(key) == b.get(key) for key in ("checksum", "dtype")) and xs == ys:
+        return "layout", f"{words} (a convolution's kernel as a linear layer's matrix, heads split or merged)", \
+            0.0, False
+    dtype_a, dtype_b = a.get("dtype"), b.get("dtype")
+    narrower = max((dtype_a, dtype_b), key=lambda d: UNIT_ROUNDOFF.get(d, 0.0))
+    if dtype_a != dtype_b and _within_rounding(xs, ys, narrower):
+        return "dtype", f"{words}, in dtype {dtype_b} where a has {dtype_a}; values agree to {narrower} rounding", \
+            _rms_diff(xs, ys), False
+    return None
 
 
 def _reversed_or_fused(a: dict, b: dict) -> bool:
