@@ -190,25 +190,29 @@ class ViTPort(nn.Module):
             raise ValueError(f"unknown bugs {sorted(unknown)}")
         image = PATCH * round((original.pos_embed.shape[1] - 1) ** 0.5)
         port = cls(image, frozenset(bugs)).to(next(original.parameters()).dtype).eval()
-        sd = original.state_dict()
-        proj = sd["patch_embed.proj.weight"]
-        new = {"vit.embeddings.cls_token": sd["cls_token"], "vit.embeddings.position_embeddings": sd["pos_embed"],
-               "vit.embeddings.patch_embeddings.projection.weight": proj.reshape(WIDTH, -1),
-               "vit.embeddings.patch_embeddings.projection.bias": sd["patch_embed.proj.bias"],
-               "vit.layernorm.weight": sd["norm.weight"], "vit.layernorm.bias": sd["norm.bias"],
-               "classifier.weight": sd["head.weight"], "classifier.bias": sd["head.bias"]}
-        names = ("query", "value", "key") if "qkv_swap" in bugs else ("query", "key", "value")
-        for i in range(LAYERS):
-            pre, to = f"blocks.{i}.", f"vit.layer.{i}."
-            for theirs, ours in (("norm1", "layernorm_before"), ("norm2", "layernorm_after"), ("attn.proj",
-                                 "attention.dense"), ("mlp.fc1", "intermediate.dense"), ("mlp.fc2", "output")):
-                for part in ("weight", "bias"):
-                    new[f"{to}{ours}.{part}"] = sd[f"{pre}{theirs}.{part}"]
-            for part in ("weight", "bias"):
-                for name, piece in zip(names, sd[f"{pre}attn.qkv.{part}"].chunk(3)):
-                    new[f"{to}attention.{name}.{part}"] = piece
+        new = port_state(original.state_dict(), qkv_swap="qkv_swap" in bugs)
         port.load_state_dict(new)
         return port
+
+
+def port_state(sd: dict[str, torch.Tensor], qkv_swap: bool = False) -> dict[str, torch.Tensor]:
+    """The port's state dict from the original's (``qkv_swap``: the fused qkv split as query, value, key)."""
+    new = {"vit.embeddings.cls_token": sd["cls_token"], "vit.embeddings.position_embeddings": sd["pos_embed"],
+           "vit.embeddings.patch_embeddings.projection.weight": sd["patch_embed.proj.weight"].reshape(WIDTH, -1),
+           "vit.embeddings.patch_embeddings.projection.bias": sd["patch_embed.proj.bias"],
+           "vit.layernorm.weight": sd["norm.weight"], "vit.layernorm.bias": sd["norm.bias"],
+           "classifier.weight": sd["head.weight"], "classifier.bias": sd["head.bias"]}
+    names = ("query", "value", "key") if qkv_swap else ("query", "key", "value")
+    for i in range(LAYERS):
+        pre, to = f"blocks.{i}.", f"vit.layer.{i}."
+        for theirs, ours in (("norm1", "layernorm_before"), ("norm2", "layernorm_after"), ("attn.proj",
+                             "attention.dense"), ("mlp.fc1", "intermediate.dense"), ("mlp.fc2", "output")):
+            for part in ("weight", "bias"):
+                new[f"{to}{ours}.{part}"] = sd[f"{pre}{theirs}.{part}"]
+        for part in ("weight", "bias"):
+            for name, piece in zip(names, sd[f"{pre}attn.qkv.{part}"].chunk(3)):
+                new[f"{to}attention.{name}.{part}"] = piece
+    return new
 
 
 #: bug -> where its difference is born, in the original's naming

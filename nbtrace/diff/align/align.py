@@ -12,7 +12,9 @@ Two ways:
   their values (``call_features.py``), so calls present on one side only (a dropout, an
   identity, an extra wrapper, a fused projection) are skipped, and a correct and a buggy
   port pair the same calls. Sequences are cut at layer blocks first, so long traces align
-  block by block. A pair that an unmatched call under the same parent could have taken
+  block by block. Where that pairs fewer than half of a's calls, the parts of the root (the calls under each of
+  its children) are aligned with each other in any order too, and the better of the two kept: the towers of a
+  dual encoder run in the other order. A pair that an unmatched call under the same parent could have taken
   just as well is *ambiguous*: it is listed (``Alignment.ambiguous``) and only then do
   values decide (the closest values win), which the comparison's notes say.
 
@@ -38,6 +40,7 @@ from .idle import computes_nothing
 
 _GAP = 1.0  # cost of leaving one call unmatched
 _FULL_DP_CELLS = 1_000_000  # above this, a segment is aligned greedily (see _greedy)
+_REORDERED = 0.5  # below this share of a's calls paired in order, the root's parts are aligned in any order too
 
 
 @dataclass
@@ -179,10 +182,46 @@ def _by_sequence(nodes_a: list[Node], nodes_b: list[Node], flows: tuple[Flow, Fl
     seg_a, seg_b = _segments(fa), _segments(fb)
     for part_a, part_b in _match_segments(seg_a, seg_b):
         pairs.extend(_align_run(part_a, part_b))
+    if len(pairs) - 1 < _REORDERED * len(fa):  # most calls left: the parts may run in another order (two towers)
+        by_part = [pairs[0], *_by_parts(fa, fb)]
+        if len(by_part) > len(pairs):
+            pairs = by_part
     pairs, ambiguous = settle_ambiguous(pairs, fa, fb, flows)
     order = {id(n): i for i, n in enumerate(nodes_a)}
     pairs.sort(key=lambda pair: order[id(pair[0])])
     return pairs, ambiguous
+
+
+def _by_parts(fa: list[CallFeatures], fb: list[CallFeatures]) -> list[tuple[Node, Node]]:
+    """Align each part of a (the calls under one child of the root: a text tower, a vision tower) with the part of
+    b it aligns with best, whatever their order: a dual encoder whose port runs its towers the other way round.
+    Larger parts choose first; a part of b may serve several of a's (a final norm a keeps apart, b inside)."""
+    parts_a, parts_b = _parts(fa), _parts(fb)
+    pairs: list[tuple[Node, Node]] = []
+    taken: set[int] = set()
+    for part in sorted(parts_a, key=len, reverse=True):
+        best: list[tuple[Node, Node]] = []
+        for other in parts_b:
+            left = [f for f in other if id(f.node) not in taken]
+            found = _align_run(part, left) if left else []
+            if len(found) > len(best):
+                best = found
+        pairs.extend(best)
+        taken.update(id(y) for _, y in best)
+    done = {id(x) for x, _ in pairs}  # what no part took (a projection one side keeps in a tower, one beside it)
+    pairs.extend(_align_run([f for f in fa if id(f.node) not in done], [f for f in fb if id(f.node) not in taken]))
+    return pairs
+
+
+def _parts(features: list[CallFeatures]) -> list[list[CallFeatures]]:
+    """The calls grouped by the child of the root they run in (the child itself first), in call order."""
+    groups: dict[int, list[CallFeatures]] = {}
+    for f in features:
+        top = f.node
+        while top.parent is not None and top.parent.parent is not None:
+            top = top.parent
+        groups.setdefault(id(top), []).append(f)
+    return list(groups.values())
 
 
 def settle_ambiguous(pairs: list[tuple[Node, Node]], fa: list[CallFeatures], fb: list[CallFeatures],

@@ -182,7 +182,7 @@ def _compare_replayed(a: Trace, port: nn.Module, replay: bool | str, rename: Map
     scope = "auto" if replay is True else str(replay)
     report = ReplayReport(scope, both_live=reference is not None)
     comparison.replay = report
-    if comparison.method == "twin":
+    if comparison.method == "twin" or comparison.misaligned:
         report.answered_by = "twin"
         return comparison
     if comparison.method != "files" or comparison._judge is None or comparison._files_verdict is None:

@@ -127,6 +127,11 @@ class TwinVerdict:
         return self.state == "agree" and any(e.io == "output" and e.node.parent is None and e.decided
                                              for e in self.events)
 
+    @property
+    def root_output_agrees(self) -> bool:
+        """The model's own outputs were compared and agree, whatever was flagged before them."""
+        return any(e.io == "output" and e.node.parent is None and e.decided and not e.flagged for e in self.events)
+
     def scores(self) -> dict[int, float]:
         """id(a's call) -> the best score of its compared tensors."""
         found: dict[int, float] = {}
