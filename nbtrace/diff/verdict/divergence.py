@@ -229,7 +229,8 @@ def unobserved_between(comparison, events, good, bad, culprit, seen) -> tuple[li
     seen_ids: set[int] = set()
     for event in events[good + 1 : bad]:
         node = event.node
-        if event.io != "input" or node is culprit or node is seen or id(node) in seen_ids:
+        if event.io != "input" or node is culprit or node is seen or id(node) in seen_ids \
+                or id(node) in comparison._idle_a:  # an Identity computes nothing: nothing to suspect
             continue
         match = comparison.match_of(node)
         if match is not None and match.verdict() is not None:

@@ -185,7 +185,7 @@ def _reason(verdict: TwinVerdict, culprit: Node, seen: Node, arg: str, unobserve
 
 def _unobserved(comparison: Comparison, verdict: TwinVerdict, culprit, seen) -> list[str]:
     """a's calls inside the blamed one, between the last agreeing event and the flagged one, that nothing
-    compared (outermost ones)."""
+    compared (outermost ones); calls that compute nothing (an Identity, a Dropout in eval) are not among them."""
     compared = {id(e.node) for e in verdict.events if e.compared}
     start = verdict.good.node if verdict.good is not None else None
     found: list[str] = []
@@ -196,7 +196,8 @@ def _unobserved(comparison: Comparison, verdict: TwinVerdict, culprit, seen) -> 
             continue
         if node is seen:
             break
-        if began and node is not culprit and id(node) not in compared and not any(
+        idle = id(node) in comparison._idle_a
+        if began and node is not culprit and id(node) not in compared and not idle and not any(
                 a.module_path in found for a in node.ancestors()):
             found.append(node.module_path)
     return found
