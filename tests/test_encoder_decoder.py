@@ -108,3 +108,24 @@ def test_a_bfloat16_port_against_the_float32_original(case):
                 assert c.verdict == "agree", c.summary()
             else:
                 assert c.first_divergence.module_path == ed.BUGS[bug], c.summary()
+
+
+def test_measured_folders_without_a_twin_name_every_bug(case):
+    """Full-tensor folders that measured their rounding and hold no float64 twin decide from the rounding measured at
+    every call, encoder, decoder and cross-attention: the correct port agrees and each bug is named at its module;
+    positions read one place off are born in the decoder's own code (an arange beside an encoder output that
+    differs by rounding), not in the embedding that reads them."""
+    from tests.models.folders import without_twin
+
+    original, x, _, base = case
+    measured = {"use_repr": False, "do_prune_layers": False, "measure_rounding": True}
+    reference = without_twin(_folder(original, x, base / "measured-original", **measured))
+    for bug in (None, *ed.BUGS):
+        port = ed.Port.from_original(original, {bug} if bug else set())
+        c = nbtrace.compare(reference, without_twin(_folder(port, x, base / f"measured-{bug}", **measured)),
+                            rename=ed.RENAME)
+        assert c.decided_by == "measured rounding", c.summary()
+        if bug is None:
+            assert c.verdict == "agree", c.summary()
+        else:
+            assert c.first_divergence.module_path == ed.BUGS[bug], c.summary()

@@ -177,7 +177,7 @@ class FileVerdict:
         what = self._what(producer, slot)
         if d.u == 0:  # integers and bools: equal, or made from inputs that already differ
             if d.rel > 0:
-                score = 0.0 if e_in > 0 else math.inf
+                score = 0.0 if self._inherits(handed, readable, what) else math.inf
                 finding.evidence.append(Evidence(
                     "exact", d.rel, 0.0, score,
                     f"{what} differ (an integer or bool tensor)" + (", made from inputs that differ" if e_in else "")))
@@ -226,6 +226,27 @@ class FileVerdict:
                                        finding.slot, note, own))
             return finding
         return finding
+
+    def _inherits(self, handed: list[DiffStats], readable: list[Slot], what: str) -> bool:
+        """Whether an integer or bool tensor that differs could have been made from what already differed: a
+        tensor handed on that differs, an integer or bool input that differs, or a float input that differs
+        beyond rounding (where both traces measured theirs, proven; unmeasured, any difference at all). Positions
+        made by ``arange`` beside an encoder's output that differs by rounding are made here."""
+        if any(x.rel > 0 for x in handed):
+            return True
+        for slot in readable:
+            found = self.stats(slot)
+            if found is None or not found.rel > 0:
+                continue
+            if not is_float(slot.tensor.dtype):
+                return True
+            both = self._accumulated(slot)
+            if both is None:
+                return True
+            (acc_a, scale), (acc_b, _) = both
+            if proven(found, acc_a, acc_b, scale or found.norm, what).score >= 1:
+                return True
+        return False
 
     def _accumulated(self, slot: Slot) -> tuple[tuple[float, float], tuple[float, float]] | None:
         """``((acc_a, scale_a), (acc_b, scale_b))`` where both traces measured the rounding of this tensor."""
