@@ -9,7 +9,6 @@ module on a per-element tolerance alone: the verdict is "unresolved" there.
 
 from __future__ import annotations
 
-import re
 
 import pytest
 

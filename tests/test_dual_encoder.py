@@ -12,13 +12,8 @@ import torch
 import nbtrace
 from nbtrace.diff.align import align as alignment
 from tests.models import dual_encoder as de
+from tests.models.modes import every_mode, reference_folders
 from tests.models.precision import one_thread  # noqa: F401  (a module fixture: one torch thread)
-
-
-def _folder(model, x, folder, **options):
-    with torch.no_grad(), nbtrace.trace(model, debug_path=folder, **options):
-        model(*x)
-    return folder
 
 
 @pytest.fixture(scope="module", params=[(0, "float32"), (1, "bfloat16")], ids=["seed0-fp32", "seed1-bf16"])
@@ -27,28 +22,16 @@ def case(request, tmp_path_factory):
     base = tmp_path_factory.mktemp(f"clip{seed}")
     original = de.build(seed, getattr(torch, dtype))
     x = de.inputs(seed, getattr(torch, dtype))
-    default = _folder(original, x, base / "original")
-    full = _folder(original, x, base / "original-full", use_repr=False, do_prune_layers=False)
-    return original, x, default, full, base
-
-
-def _verdicts(case, port, name, rename):
-    original, x, default, full, base = case
-    options = {"rename": de.RENAME} if rename else {}
-    return {
-        "default folders": nbtrace.compare(default, _folder(port, x, base / name), **options),
-        "full folders": nbtrace.compare(
-            full, _folder(port, x, base / f"{name}-full", use_repr=False, do_prune_layers=False), **options),
-        "replayed": nbtrace.compare(full, port, **options),
-        "both live": nbtrace.compare(original, port, inputs=x, **options),
-    }
+    return original, x, reference_folders(original, x, base), base
 
 
 @pytest.mark.parametrize("bug", [None, *sorted(de.BUGS)])
 @pytest.mark.parametrize("rename", [True, False], ids=["rename", "by-structure"])
 def test_every_mode_names_the_bug_or_agrees(case, bug, rename):
     port = de.CLIPPort.from_original(case[0], {bug} if bug else set())
-    for mode, c in _verdicts(case, port, f"{bug}-{rename}", rename).items():
+    original, x, references, base = case
+    for mode, c in every_mode(original, port, x, references, base / f"{bug}-{rename}",
+                              de.RENAME if rename else None).items():
         if bug is None:
             assert c.verdict == "agree", f"{mode}: {c.summary()}"
         else:

@@ -13,37 +13,20 @@ import torch
 import nbtrace
 from tests.models import vit as v
 from tests.models.folders import without_twin
+from tests.models.modes import every_mode, reference_folders, traced
 from tests.models.precision import one_thread  # noqa: F401  (a module fixture: one torch thread)
-
-MODES = ("default folders", "full folders", "replayed", "both live")
-
-
-def _folder(model, x, folder, **options):
-    with torch.no_grad(), nbtrace.trace(model, debug_path=folder, **options):
-        model(x)
-    return folder
-
 
 @pytest.fixture(scope="module", params=[(0, "float32"), (1, "bfloat16")], ids=["seed0-fp32", "seed1-bf16"])
 def case(request, tmp_path_factory):
     seed, dtype = request.param
     base = tmp_path_factory.mktemp(f"vit{seed}")
     original, x = v.build(seed, getattr(torch, dtype)), v.inputs(seed, dtype=getattr(torch, dtype))
-    default = _folder(original, x, base / "original")
-    full = _folder(original, x, base / "original-full", use_repr=False, do_prune_layers=False)
-    return original, x, default, full, base
+    return original, x, reference_folders(original, (x,), base), base
 
 
 def _verdicts(case, port, name, rename):
-    original, x, default, full, base = case
-    options = {"rename": v.RENAME} if rename else {}
-    return {
-        "default folders": nbtrace.compare(default, _folder(port, x, base / name), **options),
-        "full folders": nbtrace.compare(
-            full, _folder(port, x, base / f"{name}-full", use_repr=False, do_prune_layers=False), **options),
-        "replayed": nbtrace.compare(full, port, **options),
-        "both live": nbtrace.compare(original, port, inputs=x, **options),
-    }
+    original, x, references, base = case
+    return every_mode(original, port, (x,), references, base / name, v.RENAME if rename else None)
 
 
 @pytest.mark.parametrize("rename", [True, False], ids=["rename", "by-structure"])
@@ -71,8 +54,8 @@ def test_measured_folders_without_a_twin(tmp_path, bug):
     original, x = v.build(2), v.inputs(2)
     port = v.ViTPort.from_original(original, {bug} if bug else set())
     measured = {"use_repr": False, "do_prune_layers": False, "measure_rounding": True}
-    a = without_twin(_folder(original, x, tmp_path / "a", **measured))
-    c = nbtrace.compare(a, without_twin(_folder(port, x, tmp_path / "b", **measured)), rename=v.RENAME)
+    a = without_twin(traced(original, (x,), tmp_path / "a", **measured))
+    c = nbtrace.compare(a, without_twin(traced(port, (x,), tmp_path / "b", **measured)), rename=v.RENAME)
     assert c.decided_by == "measured rounding"
     if bug is None:
         assert c.verdict == "agree", c.summary()
@@ -114,10 +97,10 @@ def test_a_bfloat16_port_against_the_float32_original(tmp_path, seed):
     The correct port agrees from folders and replayed; bugs beyond what that rounding moves are named at their
     module; smaller ones (GELU tanh, a norm's eps) are not seen, and the note says so and what would see them."""
     original, x = v.build(seed), v.inputs(seed)
-    reference = _folder(original, x, tmp_path / "a")
+    reference = traced(original, (x,), tmp_path / "a")
     for bug in [None, "no_scale", "qkv_swap", "patch_order", "gelu_tanh"]:
         port = v.ViTPort.from_original(original, {bug} if bug else set()).to(torch.bfloat16)
-        folders = nbtrace.compare(reference, _folder(port, x.bfloat16(), tmp_path / f"b-{bug}"), rename=v.RENAME)
+        folders = nbtrace.compare(reference, traced(port, (x.bfloat16(),), tmp_path / f"b-{bug}"), rename=v.RENAME)
         replayed = nbtrace.compare(reference, port, rename=v.RENAME)
         for mode, c in (("folders", folders), ("replayed", replayed)):
             if bug in (None, "gelu_tanh"):

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from . import vit
+from .modes import unit_gain
 
 WIDTH, EMBED, VOCAB, TOKENS, LAYERS = vit.WIDTH, 32, 50, 8, 2
 ROOT, PORT = "CLIP", "CLIPPort"
@@ -127,14 +128,7 @@ class CLIPPort(nn.Module):
                     "text_model.final_layer_norm.bias": sd["ln_final.bias"],
                     "text_projection.weight": sd["text_projection"].t(), "logit_scale": sd["logit_scale"]})
         for i in range(LAYERS):
-            pre, to = f"transformer.blocks.{i}.", f"text_model.layers.{i}."
-            for theirs, ours in (("norm1", "layernorm_before"), ("norm2", "layernorm_after"), ("attn.proj",
-                                 "attention.dense"), ("mlp.fc1", "intermediate.dense"), ("mlp.fc2", "output")):
-                for part in ("weight", "bias"):
-                    new[f"{to}{ours}.{part}"] = sd[f"{pre}{theirs}.{part}"]
-            for part in ("weight", "bias"):
-                for name, piece in zip(("query", "key", "value"), sd[f"{pre}attn.qkv.{part}"].chunk(3)):
-                    new[f"{to}attention.{name}.{part}"] = piece
+            new.update(vit.layer_state(sd, f"transformer.blocks.{i}.", f"text_model.layers.{i}."))
         port.load_state_dict(new)
         return port
 
@@ -157,13 +151,7 @@ RENAME: dict[str, str] = {
     rf"^{PORT}\.vision_model\.vit\.layer\.(\d+)": rf"{ROOT}.visual.blocks.\1",
     rf"^{PORT}\.vision_model\.vit\.layernorm$": f"{ROOT}.visual.norm",
     rf"^{PORT}\.visual_projection$": f"{ROOT}.visual.head",
-    r"\.layernorm_before$": ".norm1",
-    r"\.layernorm_after$": ".norm2",
-    r"\.attention$": ".attn",
-    r"\.attention\.dense$": ".attn.proj",
-    r"\.intermediate\.dense$": ".mlp.fc1",
-    r"\.intermediate\.intermediate_act_fn$": ".mlp.act",
-    r"\.output$": ".mlp.fc2",
+    **vit.LAYER_RENAME,
 }
 
 
@@ -174,15 +162,9 @@ def build(seed: int = 0, dtype: torch.dtype = torch.float32) -> CLIP:
         model = CLIP()
         visual = vit.build(seed)
         visual.head = nn.Linear(WIDTH, EMBED)
+        for module in [model.transformer, model.ln_final, visual.head]:
+            unit_gain(module)
         with torch.no_grad():
-            for module in [model.transformer, model.ln_final, visual.head]:
-                for m in module.modules():
-                    if isinstance(m, nn.Linear):
-                        m.weight.normal_(0.0, m.weight.shape[1] ** -0.5)
-                        m.bias.normal_(0.0, 0.1)
-                    elif isinstance(m, nn.LayerNorm):
-                        m.weight.normal_(1.0, 0.1)
-                        m.bias.normal_(0.0, 0.1)
             model.token_embedding.weight.normal_(0.0, 1.0)
             model.positional_embedding.normal_(0.0, 0.5)
             model.text_projection.normal_(0.0, WIDTH**-0.5)

@@ -21,6 +21,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from .modes import unit_gain
+
 MELS, WIDTH, HEADS, VOCAB, LAYERS = 12, 64, 4, 97, 2
 ROOT = "Original"
 
@@ -258,15 +260,7 @@ def build(seed: int = 0, dtype: torch.dtype = torch.float32) -> Original:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = Original()
-        with torch.no_grad():
-            for module in model.modules():
-                if isinstance(module, (nn.Linear, nn.Conv1d)):
-                    module.weight.normal_(0.0, module.weight[0].numel() ** -0.5)
-                    if module.bias is not None:
-                        module.bias.normal_(0.0, 0.1)
-                elif isinstance(module, nn.LayerNorm):
-                    module.weight.normal_(1.0, 0.1)
-                    module.bias.normal_(0.0, 0.1)
+        unit_gain(model)
     return model.to(dtype).eval()
 
 

@@ -20,6 +20,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from .modes import unit_gain
+
 CHANNELS, PATCH, WIDTH, HEADS, LAYERS, CLASSES = 3, 4, 64, 4, 3, 10
 ROOT, PORT = "VisionTransformer", "ViTPort"
 
@@ -204,14 +206,22 @@ def port_state(sd: dict[str, torch.Tensor], qkv_swap: bool = False) -> dict[str,
            "classifier.weight": sd["head.weight"], "classifier.bias": sd["head.bias"]}
     names = ("query", "value", "key") if qkv_swap else ("query", "key", "value")
     for i in range(LAYERS):
-        pre, to = f"blocks.{i}.", f"vit.layer.{i}."
-        for theirs, ours in (("norm1", "layernorm_before"), ("norm2", "layernorm_after"), ("attn.proj",
-                             "attention.dense"), ("mlp.fc1", "intermediate.dense"), ("mlp.fc2", "output")):
-            for part in ("weight", "bias"):
-                new[f"{to}{ours}.{part}"] = sd[f"{pre}{theirs}.{part}"]
+        new.update(layer_state(sd, f"blocks.{i}.", f"vit.layer.{i}.", names))
+    return new
+
+
+def layer_state(sd: dict[str, torch.Tensor], pre: str, to: str,
+                names: tuple[str, str, str] = ("query", "key", "value")) -> dict[str, torch.Tensor]:
+    """One of the port's layers (``to``) from one of the original's blocks (``pre``): the fused qkv split into
+    ``names`` in that order."""
+    new = {}
+    for theirs, ours in (("norm1", "layernorm_before"), ("norm2", "layernorm_after"), ("attn.proj",
+                         "attention.dense"), ("mlp.fc1", "intermediate.dense"), ("mlp.fc2", "output")):
         for part in ("weight", "bias"):
-            for name, piece in zip(names, sd[f"{pre}attn.qkv.{part}"].chunk(3)):
-                new[f"{to}attention.{name}.{part}"] = piece
+            new[f"{to}{ours}.{part}"] = sd[f"{pre}{theirs}.{part}"]
+    for part in ("weight", "bias"):
+        for name, piece in zip(names, sd[f"{pre}attn.qkv.{part}"].chunk(3)):
+            new[f"{to}attention.{name}.{part}"] = piece
     return new
 
 
@@ -224,6 +234,17 @@ BUGS: dict[str, str] = {
     "patch_order": f"{ROOT}.patch_embed",  # patches flattened channels-last against a channels-first weight
 }
 
+#: inside a layer: the port's names of a block's modules in the original's (a dual encoder's towers use them too)
+LAYER_RENAME: dict[str, str] = {
+    r"\.layernorm_before$": ".norm1",
+    r"\.layernorm_after$": ".norm2",
+    r"\.attention$": ".attn",
+    r"\.attention\.dense$": ".attn.proj",
+    r"\.intermediate\.dense$": ".mlp.fc1",
+    r"\.intermediate\.intermediate_act_fn$": ".mlp.act",
+    r"\.output$": ".mlp.fc2",
+}
+
 #: the port's module paths in the original's naming (``compare(..., rename=RENAME)``); a ``#k`` after a path picks
 #: its k-th call: the port's one dropout per layer is two Dropout modules of the original
 RENAME: dict[str, str] = {
@@ -234,13 +255,7 @@ RENAME: dict[str, str] = {
     rf"^{PORT}\.vit\.layer\.(\d+)": rf"{ROOT}.blocks.\1",
     rf"^{PORT}\.vit\.layernorm$": f"{ROOT}.norm",
     rf"^{PORT}\.classifier$": f"{ROOT}.head",
-    r"\.layernorm_before$": ".norm1",
-    r"\.layernorm_after$": ".norm2",
-    r"\.attention$": ".attn",
-    r"\.attention\.dense$": ".attn.proj",
-    r"\.intermediate\.dense$": ".mlp.fc1",
-    r"\.intermediate\.intermediate_act_fn$": ".mlp.act",
-    r"\.output$": ".mlp.fc2",
+    **LAYER_RENAME,
     r"\.dropout#0$": ".attn.proj_drop#0",
     r"\.dropout#1$": ".mlp.drop2#0",
 }
@@ -251,14 +266,8 @@ def build(seed: int = 0, dtype: torch.dtype = torch.float32) -> VisionTransforme
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = VisionTransformer()
+        unit_gain(model)
         with torch.no_grad():
-            for module in model.modules():
-                if isinstance(module, (nn.Linear, nn.Conv2d)):
-                    module.weight.normal_(0.0, module.weight[0].numel() ** -0.5)
-                    module.bias.normal_(0.0, 0.1)
-                elif isinstance(module, nn.LayerNorm):
-                    module.weight.normal_(1.0, 0.1)
-                    module.bias.normal_(0.0, 0.1)
             model.cls_token.normal_(0.0, 1.0)
             model.pos_embed.normal_(0.0, 0.5)
     return model.to(dtype).eval()

@@ -36,7 +36,7 @@ from .twin_calls import Counterparts, call_events
 from .weights import weight_evidence
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..comparison import Comparison, Match
+    from ..comparison import Comparison
 
 K_TWIN = 2.0
 U64 = 2.0**-53
