@@ -186,5 +186,6 @@ def model_addition_debugger_context(
 
     Yields the model. Use ``nbtrace.trace`` to get the recorded Trace back.
     """
-    with trace(model, debug_path, do_prune_layers, use_repr, measure_rounding=False):
+    with trace(model, debug_path, do_prune_layers, use_repr, measure_rounding=False) as recorder:
+        recorder.record_outside = False  # transformers' debugger records only calls inside the model's forward
         yield model

@@ -35,6 +35,7 @@ from .rounding import Measures, RoundingMeter
 from .runs import remove_earlier_forwards
 from .serialize import Serializer, sanitize
 from .speculate import Frame, Site, Speculation, numbered_containers
+from .twin.record import TwinRecorder
 from .write import TensorStore, tree_refs, write_sidecar, write_trace_files
 from .writer import drop_refs
 
@@ -98,6 +99,13 @@ class Recorder:
         self._fingerprints = ParameterFingerprints(model, self.class_name)
         self._site = Site(self.class_name, True)  # the model re-entering its own forward
         self._top_site = Site(f"{self.class_name} (top-level)", True)
+        #: the root of the forward being recorded: the model's class name, or the path of one of its modules called
+        #: outside its forward (``call_outside``)
+        self.root_path = self.class_name
+        self._outside_twins: dict[str, TwinRecorder] = {}  # the float64 twins of those modules, one each
+        #: whether a module called outside the model's forward is recorded as a forward of its own (``nbtrace.trace``)
+        #: or not at all (transformers' drop-in, as transformers' debugger)
+        self.record_outside = True
         #: measures rounding as it records (``measure_rounding``, ``rounding.py``); None when off
         self.rounding: RoundingMeter | None = None
         self._devices: list[str] | None = None  # the model's devices, for the numerics section (first forward)
@@ -122,8 +130,10 @@ class Recorder:
     def call_module(self, site: Site, forward: Callable, args: tuple, kwargs: dict[str, Any]) -> Any:
         __tracebackhide__ = True
         run = self._run
-        if run is None:  # called outside the traced model's forward: not recorded
-            with torch.no_grad():
+        if run is None:  # called outside the traced model's forward
+            if self.record_outside:  # a forward of its own (the encoder generate runs before the decoder's steps)
+                return self.call_outside(site, forward, args, kwargs)
+            with torch.no_grad():  # not recorded, as transformers' debugger does
                 return forward(*args, **kwargs)
         path = site.path
         count = run.calls[path] = run.calls.get(path, 0) + 1
@@ -158,15 +168,42 @@ class Recorder:
         __tracebackhide__ = True
         if self._run is not None:  # the model re-entered its own forward: record it as a call
             return self.call_module(self._site, forward, args, kwargs)
+        return self._forward(forward, args, kwargs, self._top_site, self.class_name, generation=True)
+
+    def call_outside(self, site: Site, forward: Callable, args: tuple, kwargs: dict[str, Any]) -> Any:
+        """A module of the model called while none of its forwards runs (the encoder an encoder-decoder's
+        ``generate`` runs once before the decoder's steps): recorded as a forward of its own, rooted at that
+        module (its path, ``Model.model.encoder``), with its own float64 twin, between the model's forwards."""
+        __tracebackhide__ = True
+        module = getattr(forward, "__self__", None)
+        meter = self.rounding
+        saved = (self.root_path, meter.twin if meter is not None else None)
+        self.root_path = site.path
+        if meter is not None and isinstance(module, nn.Module):
+            twin = self._outside_twins.get(site.path)
+            if twin is None:
+                twin = self._outside_twins[site.path] = TwinRecorder(module, site.path, keep_inputs=self.use_repr)
+            twin.skipped = meter.twin.skipped
+            meter.twin = twin
+        try:
+            with torch.no_grad():  # a module's call, as inside the model's forward
+                return self._forward(forward, args, kwargs, Site(site.path, True), site.path, generation=False)
+        finally:
+            self.root_path = saved[0]
+            if meter is not None and saved[1] is not None:
+                meter.twin = saved[1]
+
+    def _forward(self, forward: Callable, args: tuple, kwargs: dict[str, Any], top_site: Site, name: str,
+                 generation: bool) -> Any:
+        __tracebackhide__ = True
         self._begin_forward()
         run = self._run
         assert run is not None
-        name = self.class_name
         try:
-            node = run.open(self._top_site, {"args": args, "kwargs": kwargs}, f"{name}_inputs")
+            node = run.open(top_site, {"args": args, "kwargs": kwargs}, f"{name}_inputs")
             if _any_autocast():
                 run.autocast[id(node)] = autocast_state()
-            probe = GenerationProbe.start(args, kwargs)
+            probe = GenerationProbe.start(args, kwargs) if generation else None
             measures = self.rounding.start(run, args, kwargs) if self.rounding is not None else None
             try:
                 out = forward(*args, **kwargs)
@@ -242,7 +279,7 @@ class Recorder:
             lost = exc
             top.setdefault("error", error_record(exc))
             drop_refs([top], run.store.failed())
-        root: dict[str, Any] = {"module_path": self.class_name}
+        root: dict[str, Any] = {"module_path": self.root_path}
         for key in ("inputs", "outputs", "error", "children"):
             if key in top and top[key]:
                 root[key] = top[key]

@@ -207,7 +207,7 @@ class RoundingMeter:
 
     def top_done(self, measures: Measures, out: Any) -> None:
         """The top-level forward returned ``out``: run the whole model's twin in float64 (``shadow.py``)."""
-        self.twin.note_run(measures.twin_start, self.recorder.class_name, out, measures.batch)
+        self.twin.note_run(measures.twin_start, self.recorder.root_path, out, measures.batch)
         try:
             with self.paused():
                 shadow_forward(self, measures, out)

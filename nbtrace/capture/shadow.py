@@ -32,7 +32,7 @@ def shadow_forward(meter: RoundingMeter, measures: Measures, out: Any) -> None:
     if start is None:
         return
     paired: set[str] = set()
-    root = meter.recorder.class_name
+    root = meter.recorder.root_path
 
     def observe(key: str, result: Any) -> None:
         if key == root:
