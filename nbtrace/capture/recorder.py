@@ -33,39 +33,15 @@ from .ranks import RankPlan, ShardLayouts
 from .recorded import Recorded, RecordedTraces
 from .rounding import Measures, RoundingMeter
 from .runs import remove_earlier_forwards
-from .serialize import Serializer, sanitize
+from .call_facts import any_autocast as _any_autocast
+from .call_facts import autocast_state, error_record
+from .serialize import Serializer
 from .speculate import Frame, Site, Speculation, numbered_containers
 from .twin.record import TwinRecorder
 from .write import TensorStore, tree_refs, write_sidecar, write_trace_files
 from .writer import drop_refs
 
-_MAX_ERROR_MESSAGE = 2000
 _set_grad_enabled = torch._C._set_grad_enabled
-_any_autocast = getattr(torch._C, "_is_any_autocast_enabled", lambda: False)
-_AUTOCAST_DEVICES = ("cuda", "cpu", "xpu", "mps", "hpu")
-
-
-def autocast_state() -> tuple[str, torch.dtype] | None:
-    """``(device type, dtype)`` of the autocast in effect now, or None (one cheap check when there is none)."""
-    if not _any_autocast():
-        return None
-    for device in _AUTOCAST_DEVICES:
-        try:
-            if torch.is_autocast_enabled(device):
-                return device, torch.get_autocast_dtype(device)
-        except (RuntimeError, TypeError):  # a device type this torch does not know
-            continue
-    return None
-
-
-def error_record(exc: BaseException) -> dict[str, str]:
-    """The ``error`` field of a call that raised: exception type and message."""
-    kind = type(exc)
-    name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
-    message = sanitize(str(exc))
-    if len(message) > _MAX_ERROR_MESSAGE:
-        message = message[:_MAX_ERROR_MESSAGE] + "…"
-    return {"type": name, "message": message}
 
 
 class Recorder:

@@ -123,8 +123,10 @@ class Comparison:
             self._judge = judge_from_files(self)
         else:
             self._by_tolerance(first_divergence(self))
+        #: a call was flagged where the alignment paired little: none is named, replay is not run (``_little_aligned``)
         self.misaligned = False
         self._twin_decides()
+        self._little_aligned()
 
     def _by_tolerance(self, found: FirstDivergence | None) -> None:
         """The per-element tolerance's finding names a module only on evidence no correct kernel produces (another
@@ -154,25 +156,29 @@ class Comparison:
         if self.rtol is not None or self.atol is not None:
             return
         verdict = twin_verdict(self)
-        misaligned = None
         if verdict is not None:
             self.twin = verdict
-            if verdict.state == "diverge" and self.coverage < MIN_COVERAGE and verdict.root_output_agrees:
-                path = verdict.culprit.module_path  # an alignment that pairs little may pair the wrong calls
-                self.first_divergence, misaligned = None, (path, (
-                    f"unresolved at {path}: run in float64 from the same inputs, the two models' outputs agree, and "
-                    f"only {self.coverage:.0%} of a's calls could be aligned: the call flagged there may be paired "
-                    "with the wrong call of b (pass rename={regex: replacement} to pair calls by module path)"))
-            elif verdict.state in DECIDED:
+            if verdict.state in DECIDED:
                 apply_twin(self, verdict)
         if self.unresolved is not None:
             from .verdict.twin_born import advice
 
             self.unresolved = (self.unresolved[0], f"{self.unresolved[1]}; {advice(self)}")
-        if misaligned is not None:  # its own advice: pair the calls by path
-            self.unresolved = misaligned
-        #: the twins' outputs agree where the alignment paired little: no call is named (replay neither)
-        self.misaligned = misaligned is not None
+
+    def _little_aligned(self) -> None:
+        """A call named where less than ``MIN_COVERAGE`` of a's calls aligned may be paired with the wrong call of b
+        (a projection of one tower with the other's, an unrelated model's embedding): it is not named; the
+        comparison is unresolved there and says to pass ``rename`` (``misaligned``: replay is not run either)."""
+        found = self.first_divergence
+        if found is None or self.coverage >= MIN_COVERAGE:
+            return
+        twin = self.twin
+        outputs = ", the two models' outputs agree in float64," if twin is not None and twin.root_output_agrees else ""
+        self.first_divergence, self.misaligned = None, True
+        self.unresolved = (found.module_path, (
+            f"unresolved at {found.module_path}: it differs, but{outputs} only {self.coverage:.0%} of a's calls "
+            "could be aligned: the call flagged there may be paired with the wrong call of b (pass rename={regex: "
+            "replacement} to pair calls by module path)"))
 
     def _noise_aware(self) -> bool:
         """Full tensors on both sides, one rank each, no tolerance given: the verdict judges against rounding."""

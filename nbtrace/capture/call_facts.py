@@ -1,0 +1,35 @@
+"""Facts of one module call that the recorder notes beside its inputs and outputs: the autocast it ran under,
+and the error it raised, as the format's ``error`` field."""
+
+from __future__ import annotations
+
+import torch
+
+from .serialize import sanitize
+
+_MAX_ERROR_MESSAGE = 2000
+any_autocast = getattr(torch._C, "_is_any_autocast_enabled", lambda: False)
+_AUTOCAST_DEVICES = ("cuda", "cpu", "xpu", "mps", "hpu")
+
+
+def autocast_state() -> tuple[str, torch.dtype] | None:
+    """``(device type, dtype)`` of the autocast in effect now, or None (one cheap check when there is none)."""
+    if not any_autocast():
+        return None
+    for device in _AUTOCAST_DEVICES:
+        try:
+            if torch.is_autocast_enabled(device):
+                return device, torch.get_autocast_dtype(device)
+        except (RuntimeError, TypeError):  # a device type this torch does not know
+            continue
+    return None
+
+
+def error_record(exc: BaseException) -> dict[str, str]:
+    """The ``error`` field of a call that raised: exception type and message."""
+    kind = type(exc)
+    name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+    message = sanitize(str(exc))
+    if len(message) > _MAX_ERROR_MESSAGE:
+        message = message[:_MAX_ERROR_MESSAGE] + "…"
+    return {"type": name, "message": message}
