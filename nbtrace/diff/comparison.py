@@ -167,13 +167,18 @@ class Comparison:
 
     def _little_aligned(self) -> None:
         """A call named where less than ``MIN_COVERAGE`` of a's calls aligned may be paired with the wrong call of b
-        (a projection of one tower with the other's, an unrelated model's embedding): it is not named; the
-        comparison is unresolved there and says to pass ``rename`` (``misaligned``: replay is not run either)."""
+        (a projection of one tower with the other's, an unrelated model's embedding): unless the float64 twins
+        decided and the two models' outputs differ (the twins see pruned calls too, which coverage does not
+        count), it is not named; the comparison is unresolved there and says to pass ``rename`` (``misaligned``:
+        replay is not run either)."""
         found = self.first_divergence
         if found is None or self.coverage >= MIN_COVERAGE:
             return
         twin = self.twin
-        outputs = ", the two models' outputs agree in float64," if twin is not None and twin.root_output_agrees else ""
+        agree = twin is not None and twin.root_output_agrees
+        if self.method == "twin" and not agree:
+            return  # the twins see every call, pruned ones too, and the two models' outputs differ: it stands
+        outputs = ", the two models' outputs agree in float64," if agree else ""
         self.first_divergence, self.misaligned = None, True
         self.unresolved = (found.module_path, (
             f"unresolved at {found.module_path}: it differs, but{outputs} only {self.coverage:.0%} of a's calls "
