@@ -107,7 +107,7 @@ def align(a: Trace, b: Trace, rename: Mapping[str, str] | None = None,
                 for nodes, cache in ((nodes_a, caches[0]), (nodes_b, caches[1]))]
         left_out = {id(n) for n in idle[0] + idle[1]}
         pairs, ambiguous = _by_sequence([n for n in nodes_a if id(n) not in left_out],
-                                        [n for n in nodes_b if id(n) not in left_out], flows)
+                                        [n for n in nodes_b if id(n) not in left_out], flows, left_out)
         method = "sequence"
     matched_a = {id(x) for x, _ in pairs}
     matched_b = {id(y) for _, y in pairs}
@@ -172,13 +172,14 @@ def _by_path(nodes_a: list[Node], nodes_b: list[Node], rules) -> list[tuple[Node
 
 
 # -- by sequence -----------------------------------------------------------------
-def _by_sequence(nodes_a: list[Node], nodes_b: list[Node], flows: tuple[Flow, Flow]
+def _by_sequence(nodes_a: list[Node], nodes_b: list[Node], flows: tuple[Flow, Flow], idle: set[int]
                  ) -> tuple[list[tuple[Node, Node]], list[tuple[Node, Node]]]:
+    """Pair by call order (the module docstring); ``idle``: ids of the calls that compute nothing, left out."""
     if not nodes_a or not nodes_b:
         return [], []
     pairs = [(nodes_a[0], nodes_b[0])]  # the roots
-    fa = features(nodes_a[1:], flows[0])
-    fb = features(nodes_b[1:], flows[1])
+    fa = features(nodes_a[1:], flows[0], idle)
+    fb = features(nodes_b[1:], flows[1], idle)
     seg_a, seg_b = _segments(fa), _segments(fb)
     for part_a, part_b in _match_segments(seg_a, seg_b):
         pairs.extend(_align_run(part_a, part_b))

@@ -5,9 +5,9 @@ the bug it is meant to find (two same-shape projections, q_proj and o_proj, trad
 as soon as o_proj's values are off). A call is described by what it *is* and how it is
 *wired*, each read from its own trace alone (``flow.py``):
 
-- leaf or not, its number of children (those that compute something: ``idle.py``); the shapes and dtype kinds of its inputs and
-  outputs; whether it hands its input back unchanged (an identity, a dropout in eval:
-  it never stands for a computation);
+- leaf or not, its number of children (those that compute something: a call that hands its input back
+  unchanged, an identity or a dropout in eval, never stands for a computation and is left out of the
+  sequences before aligning, ``idle.py``); the shapes and dtype kinds of its inputs and outputs;
 - its ``.N`` layer numbers and its name (a hint);
 - whether its main input is what enters the call it works in (its parent, wrappers
   skipped): q/k/v_proj read the attention's input, o_proj reads something made inside
@@ -18,12 +18,12 @@ as soon as o_proj's values are off). A call is described by what it *is* and how
 from __future__ import annotations
 
 import re
+from collections.abc import Set as AbstractSet
 
 from ...core.dtypes import dtype_kind
 from ...core.node import Node
 from ...core.paths import path_numbers
 from .flow import Flow
-from .idle import computes_nothing
 
 _MIN_SCORE = 3.0  # weaker pairs are never matched
 _TOKEN = re.compile(r"[A-Za-z]+")
@@ -45,16 +45,14 @@ class CallFeatures:
         "numbers",
         "out_shapes",
         "outs",
-        "passthrough",
         "rel_path",
         "tokens",
     )
 
-    def __init__(self, node: Node, flow: Flow | None, readers: dict[int, int]) -> None:
+    def __init__(self, node: Node, flow: Flow | None, readers: dict[int, int], idle: AbstractSet[int]) -> None:
         self.node = node
         self.leaf = not node.children
-        self.children = len(node.children) if flow is None else \
-            sum(1 for child in node.children if not computes_nothing(child, flow.cache.fingerprint))
+        self.children = sum(1 for child in node.children if id(child) not in idle)
         tensors = node.tensors()
         ins = [t for io, _, t in tensors if io == "input"]
         outs = [t for io, _, t in tensors if io == "output"]
@@ -70,33 +68,19 @@ class CallFeatures:
         self.rel_path = node.module_path.split(".", 1)[1] if "." in node.module_path else ""
         self.entry: bool | None = None
         self.fan = 0
-        if flow is None:
-            self.passthrough = self.leaf and len(ins) == 1 and len(outs) == 1 and _same_printed(ins[0], outs[0])
-        else:
+        if flow is not None:
             self._wiring(flow, readers)
         self.key = (self.leaf, self.out_shapes, self.ins, self.numbers, self.name)
 
     def _wiring(self, flow: Flow, readers: dict[int, int]) -> None:
         node = self.node
         inputs = flow.slots(node, "input")
-        sources = {id(s.source) for s in inputs}
-        outputs = flow.slots(node, "output") if self.leaf else []
-        self.passthrough = bool(outputs) and all(id(s.source) in sources for s in outputs)
         main = next((s for s in inputs if dtype_kind(s.tensor.dtype) == "float"), inputs[0] if inputs else None)
         if main is None:
             return
         scope = working_scope(node, flow)
         self.entry = scope is not None and any(s.source is main.source for s in flow.slots(scope, "input"))
         self.fan = min(readers.get(id(main.source), 0), 3)
-
-
-def _same_printed(x, y) -> bool:
-    """Without a data flow (printed values, stats): the output evidently is the input."""
-    if x.shape != y.shape or x.dtype != y.dtype:
-        return False
-    if x.stats:
-        return x.stats == y.stats
-    return x.lines is not None and x.lines == y.lines
 
 
 def is_wrapper(node: Node, flow: Flow) -> bool:
@@ -115,8 +99,9 @@ def working_scope(node: Node, flow: Flow) -> Node | None:
     return scope
 
 
-def features(nodes: list[Node], flow: Flow | None) -> list[CallFeatures]:
-    """The features of ``nodes`` (calls of the trace ``flow`` describes; None: without a data flow)."""
+def features(nodes: list[Node], flow: Flow | None, idle: AbstractSet[int] = frozenset()) -> list[CallFeatures]:
+    """The features of ``nodes`` (calls of the trace ``flow`` describes; None: without a data flow); ``idle``
+    holds the ids of the trace's calls that compute nothing (``idle.py``), which no call counts as a child."""
     readers: dict[int, int] = {}
     if flow is not None:  # calls taking each tensor as their first float input; a wrapper and its child once
         for event in flow.events:
@@ -126,12 +111,12 @@ def features(nodes: list[Node], flow: Flow | None) -> list[CallFeatures]:
                 continue
             key = id(floats[0].source)
             readers[key] = readers.get(key, 0) + 1
-    return [CallFeatures(node, flow, readers) for node in nodes]
+    return [CallFeatures(node, flow, readers, idle) for node in nodes]
 
 
 def pair_score(x: CallFeatures, y: CallFeatures) -> float | None:
     """How well call ``y`` of b stands for call ``x`` of a; None when it cannot. Reads no values."""
-    if x.leaf != y.leaf or x.passthrough != y.passthrough:  # an identity never stands for a computation
+    if x.leaf != y.leaf:
         return None
     score = 0.0
     if x.leaf:

@@ -28,7 +28,3 @@ def computes_nothing(node: Node, fingerprint: Fingerprint) -> bool:
     inputs.discard(None)
     return all((key := fingerprint(t)) is not None and key in inputs for t in outputs)
 
-
-def idle_calls(nodes: list[Node], fingerprint: Fingerprint) -> list[Node]:
-    """The calls of ``nodes`` that compute nothing, in order."""
-    return [n for n in nodes if computes_nothing(n, fingerprint)]
