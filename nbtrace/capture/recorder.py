@@ -37,7 +37,6 @@ from .call_facts import any_autocast as _any_autocast
 from .call_facts import autocast_state, error_record
 from .serialize import Serializer
 from .speculate import Frame, Site, Speculation, numbered_containers
-from .twin.record import TwinRecorder
 from .write import TensorStore, tree_refs, write_sidecar, write_trace_files
 from .writer import drop_refs
 
@@ -75,10 +74,6 @@ class Recorder:
         self._fingerprints = ParameterFingerprints(model, self.class_name)
         self._site = Site(self.class_name, True)  # the model re-entering its own forward
         self._top_site = Site(f"{self.class_name} (top-level)", True)
-        #: the root of the forward being recorded: the model's class name, or the path of one of its modules called
-        #: outside its forward (``call_outside``)
-        self.root_path = self.class_name
-        self._outside_twins: dict[str, TwinRecorder] = {}  # the float64 twins of those modules, one each
         #: whether a module called outside the model's forward is recorded as a forward of its own (``nbtrace.trace``)
         #: or not at all (transformers' drop-in, as transformers' debugger)
         self.record_outside = True
@@ -144,43 +139,31 @@ class Recorder:
         __tracebackhide__ = True
         if self._run is not None:  # the model re-entered its own forward: record it as a call
             return self.call_module(self._site, forward, args, kwargs)
-        return self._forward(forward, args, kwargs, self._top_site, self.class_name, generation=True)
+        return self._forward(forward, args, kwargs, self._top_site, self.class_name, self.model)
 
     def call_outside(self, site: Site, forward: Callable, args: tuple, kwargs: dict[str, Any]) -> Any:
         """A module of the model called while none of its forwards runs (the encoder an encoder-decoder's
         ``generate`` runs once before the decoder's steps): recorded as a forward of its own, rooted at that
         module (its path, ``Model.model.encoder``), with its own float64 twin, between the model's forwards."""
         __tracebackhide__ = True
-        module = getattr(forward, "__self__", None)
-        meter = self.rounding
-        saved = (self.root_path, meter.twin if meter is not None else None)
-        self.root_path = site.path
-        if meter is not None and isinstance(module, nn.Module):
-            twin = self._outside_twins.get(site.path)
-            if twin is None:
-                twin = self._outside_twins[site.path] = TwinRecorder(module, site.path, keep_inputs=self.use_repr)
-            twin.skipped = meter.twin.skipped
-            meter.twin = twin
-        try:
-            with torch.no_grad():  # a module's call, as inside the model's forward
-                return self._forward(forward, args, kwargs, Site(site.path, True), site.path, generation=False)
-        finally:
-            self.root_path = saved[0]
-            if meter is not None and saved[1] is not None:
-                meter.twin = saved[1]
+        with torch.no_grad():  # a module's call, as inside the model's forward
+            return self._forward(forward, args, kwargs, Site(site.path, True), site.path,
+                                 getattr(forward, "__self__", None))
 
-    def _forward(self, forward: Callable, args: tuple, kwargs: dict[str, Any], top_site: Site, name: str,
-                 generation: bool) -> Any:
+    def _forward(self, forward: Callable, args: tuple, kwargs: dict[str, Any], top_site: Site, root: str,
+                 module: nn.Module | None) -> Any:
+        """One forward rooted at ``root``: the model's (``call_top``: its class name, the KV cache and picked token
+        probed) or one of its modules' (``call_outside``: its path); ``module`` runs as its float64 twin."""
         __tracebackhide__ = True
-        self._begin_forward()
+        self._begin_forward(root)
         run = self._run
         assert run is not None
         try:
-            node = run.open(top_site, {"args": args, "kwargs": kwargs}, f"{name}_inputs")
+            node = run.open(top_site, {"args": args, "kwargs": kwargs}, f"{root}_inputs")
             if _any_autocast():
                 run.autocast[id(node)] = autocast_state()
-            probe = GenerationProbe.start(args, kwargs) if generation else None
-            measures = self.rounding.start(run, args, kwargs) if self.rounding is not None else None
+            probe = GenerationProbe.start(args, kwargs) if module is self.model else None
+            measures = self.rounding.start(run, args, kwargs, module) if self.rounding is not None else None
             try:
                 out = forward(*args, **kwargs)
             except BaseException as exc:
@@ -190,7 +173,7 @@ class Recorder:
             try:
                 # The format drops the outputs of a call with children; only their files stay (safetensors).
                 if not self.use_repr or not node["children"]:
-                    run.record(node, "outputs", out, f"{name}_outputs")
+                    run.record(node, "outputs", out, f"{root}_outputs")
             except BaseException as exc:  # e.g. a full disk: the trace of what ran, marked
                 run.close(node, error=exc)
                 self._end_forward(run, node, failed=True)
@@ -205,7 +188,7 @@ class Recorder:
         finally:
             self._run = None
 
-    def _begin_forward(self) -> None:
+    def _begin_forward(self, root: str) -> None:
         if self._previous_store is not None and self._recorded:
             self._keep_previous_forward()
         if not self._recorded and self.folder is not None:
@@ -213,7 +196,7 @@ class Recorder:
         store = TensorStore(self.folder or Path(".").resolve())
         serializer = Serializer(self.use_repr, store)
         containers = self._containers if self.do_prune_layers else {}
-        self._run = _ForwardRun(serializer, store, containers)
+        self._run = _ForwardRun(serializer, store, containers, root)
         if self._devices is None:
             self._devices = model_devices(self.model)
         self._run.sidecar[NUMERICS_SECTION] = numerics_section(self._devices)
@@ -255,7 +238,7 @@ class Recorder:
             lost = exc
             top.setdefault("error", error_record(exc))
             drop_refs([top], run.store.failed())
-        root: dict[str, Any] = {"module_path": self.root_path}
+        root: dict[str, Any] = {"module_path": run.root}
         for key in ("inputs", "outputs", "error", "children"):
             if key in top and top[key]:
                 root[key] = top[key]
@@ -324,7 +307,9 @@ class Recorder:
 class _ForwardRun:
     """The state of one top-level forward: the open calls, their serializer, and the speculation."""
 
-    def __init__(self, serialize: Serializer, store: TensorStore, containers: dict[str, int]) -> None:
+    def __init__(self, serialize: Serializer, store: TensorStore, containers: dict[str, int], root: str) -> None:
+        #: the path of the forward's root: the model's class name, or one of its modules called outside its forward
+        self.root = root
         self.serialize = serialize
         self.store = store
         self.frames: list[Frame] = []

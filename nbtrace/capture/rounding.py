@@ -94,6 +94,8 @@ class Measures:
         self.calls: dict[int, dict[str, Pending]] = {}
         #: call name while recording -> (node id, [(place, output, version)]) for the float64 forward (acc)
         self.kept: dict[str, tuple[int, list[tuple[str, torch.Tensor, int | None]]]] = {}
+        #: the float64 twin of this forward's root: the model's, or that of the module the forward is rooted at
+        self.twin: TwinRecorder = meter.twin
         self.twin_start: TwinStart | None = None
         self.twin_numbers: TwinNumbers | None = None
 
@@ -147,7 +149,7 @@ class Measures:
 
     def twin_section(self, root: dict[str, Any]) -> dict[str, Any]:
         """The sidecar's ``twin`` section for the tree as written."""
-        return self.meter.twin.section(self.twin_numbers, root)
+        return self.twin.section(self.twin_numbers, root)
 
 
 def _version(tensor: torch.Tensor) -> int | None:
@@ -162,6 +164,8 @@ class RoundingMeter:
         self.recorder = recorder
         self.mode = mode
         self.twin = TwinRecorder(recorder.model, recorder.class_name, keep_inputs=recorder.use_repr)
+        #: the twins of the model's modules that run forwards of their own (``Recorder.call_outside``), by path
+        self._outside: dict[str, TwinRecorder] = {}
 
     @contextmanager
     def paused(self) -> Iterator[None]:
@@ -185,11 +189,11 @@ class RoundingMeter:
         key = site.path if count == 1 else f"{site.path}@{count}"
         if self.mode == "twin" or (self.mode == "leaves" and site.has_children):
             out = recorder.call_module(site, forward, args, kwargs)
-            self.twin.note_run(measures.twin_start, key, out, measures.batch)
+            measures.twin.note_run(measures.twin_start, key, out, measures.batch)
             return out
         inputs, problem = _snapshot(args, kwargs)
         out = recorder.call_module(site, forward, args, kwargs)
-        self.twin.note_run(measures.twin_start, key, out, measures.batch)
+        measures.twin.note_run(measures.twin_start, key, out, measures.batch)
         node = _last_closed(run, site.path)
         if node is not None:
             try:
@@ -198,16 +202,23 @@ class RoundingMeter:
                 measures.tensor(id(node), "out").reasons.append(f"own: not measured ({describe(exc)})")
         return out
 
-    def start(self, run: _ForwardRun, args: tuple, kwargs: dict[str, Any]) -> Measures:
-        """A top-level forward begins: its measurements, and float64 copies of its inputs for the twin."""
+    def start(self, run: _ForwardRun, args: tuple, kwargs: dict[str, Any], module: nn.Module | None) -> Measures:
+        """A top-level forward begins: its measurements, and float64 copies of its inputs for the twin of the
+        module it runs (the model, or one of its modules called outside the model's forward)."""
         measures = run.rounding = Measures(self, run)
+        if module is not None and module is not self.recorder.model:
+            twin = self._outside.get(run.root)
+            if twin is None:
+                twin = self._outside[run.root] = TwinRecorder(module, run.root, keep_inputs=self.recorder.use_repr)
+            twin.skipped = self.twin.skipped  # too large for a float64 copy: its modules too
+            measures.twin = twin
         with self.paused():
-            measures.twin_start = self.twin.start(args, kwargs)
+            measures.twin_start = measures.twin.start(args, kwargs)
         return measures
 
     def top_done(self, measures: Measures, out: Any) -> None:
         """The top-level forward returned ``out``: run the whole model's twin in float64 (``shadow.py``)."""
-        self.twin.note_run(measures.twin_start, self.recorder.root_path, out, measures.batch)
+        measures.twin.note_run(measures.twin_start, measures.run.root, out, measures.batch)
         try:
             with self.paused():
                 shadow_forward(self, measures, out)

@@ -32,7 +32,7 @@ def shadow_forward(meter: RoundingMeter, measures: Measures, out: Any) -> None:
     if start is None:
         return
     paired: set[str] = set()
-    root = meter.recorder.root_path
+    root = measures.run.root
 
     def observe(key: str, result: Any) -> None:
         if key == root:
@@ -43,7 +43,7 @@ def shadow_forward(meter: RoundingMeter, measures: Measures, out: Any) -> None:
             paired.add(key)
             _note_acc(measures, kept, result)
 
-    numbers = meter.twin.done(start, out, measures.batch, observe)
+    numbers = measures.twin.done(start, out, measures.batch, observe)
     measures.twin_numbers = numbers
     if numbers.problem is not None:
         for place, _ in leaves:
