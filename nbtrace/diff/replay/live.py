@@ -33,7 +33,7 @@ from ...core.load import load_trace
 from ...core.trace import Trace
 from ..verdict.born import apply_verdict, replay_divergence
 from .callargs import Unreplayable, bind, rebuild
-from ...capture.twin.values import device_of
+from ...capture.twin.values import cast, device_of
 from ..comparison import Comparison, compare
 from ..measure.noise import padding_rows
 from .replay import Replayer
@@ -86,16 +86,7 @@ def _in_port_dtype(port: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any
     """The recorded float inputs in the dtype the port holds all its float parameters in, where that differs (a
     bfloat16 port run on a float32 original's inputs: rounded into its dtype, as its user would feed it)."""
     dtypes = {p.dtype for p in port.parameters() if p.is_floating_point()}
-    if len(dtypes) != 1:
-        return args, kwargs
-    [dtype] = dtypes
-
-    def cast(value: Any) -> Any:
-        if isinstance(value, torch.Tensor) and value.is_floating_point() and value.dtype != dtype:
-            return value.to(dtype)
-        return value
-
-    return tuple(cast(v) for v in args), {k: cast(v) for k, v in kwargs.items()}
+    return cast((args, kwargs), dtypes.pop()) if len(dtypes) == 1 else (args, kwargs)
 
 
 def as_call(inputs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
