@@ -2,25 +2,26 @@
 
 from typing import Any
 
-from .capture.context import model_addition_debugger_context, trace
-from .capture.recorder import Recorder
-from .core.forwards import load_traces
-from .core.load import load_trace
-from .core.node import Node
-from .core.tensor import TensorValue
-from .core.trace import Trace
-from .diff.comparison import Comparison
-from .diff.operations import narrow
-from .diff.compare import compare
-from .diff.steps.steps import StepsComparison
-from .diff.verdict.as_dict import verdict_schema
-from .errors import TraceFormatError
-
 __version__ = "0.1.0"
 
-# Names whose modules need the optional notebook/analysis dependencies load on first use,
-# so `import nbtrace` needs torch alone.
+# Every public name loads on first use: `import nbtrace` itself imports nothing heavy, so that
+# `nbtrace.jax` (the capture of a JAX model) runs where torch is not installed, and the names whose
+# modules need the optional notebook/analysis dependencies cost nothing until used.
 _LAZY = {
+    "model_addition_debugger_context": "capture.context",
+    "trace": "capture.context",
+    "Recorder": "capture.recorder",
+    "load_traces": "core.forwards",
+    "load_trace": "core.load",
+    "Node": "core.node",
+    "TensorValue": "core.tensor",
+    "Trace": "core.trace",
+    "Comparison": "diff.comparison",
+    "narrow": "diff.operations",
+    "compare": "diff.compare",
+    "StepsComparison": "diff.steps.steps",
+    "verdict_schema": "diff.verdict.as_dict",
+    "TraceFormatError": "errors",
     "to_dataframe": "render.frame",
     "plot_stats": "render.plot",
     "plot_divergence": "render.divergence_plot",
@@ -34,8 +35,14 @@ def __getattr__(name: str) -> Any:
         import importlib
 
         module = importlib.import_module(f".{_LAZY[name]}", __name__)
-        return getattr(module, name)
+        value = getattr(module, name)
+        globals()[name] = value
+        return value
     raise AttributeError(f"module 'nbtrace' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 
 def load_ipython_extension(ipython: Any) -> None:

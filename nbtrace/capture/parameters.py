@@ -25,22 +25,19 @@ import torch
 from torch import nn
 
 from . import transfer
+from .numpy_parameters import (  # noqa: F401 - BLOCKS, SAMPLES: still importable from here
+    BLOCKS,
+    NARROWER,
+    SAMPLES,
+    Layout,
+    block_bounds,
+    fill_fingerprint,
+    sample_positions,
+)
 from .serialize import local_tensor
 from .speculate import named_modules
 
-BLOCKS = 16
-SAMPLES = 64
-_NARROWER = ("bfloat16", "float16", "float8_e4m3fn")
-_STATS = ("mean", "std", "min", "max", "absmax", "norm")
 _INT_VIEW = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-
-
-def sample_positions(numel: int, count: int = SAMPLES) -> list[int]:
-    """``count`` fixed, spread-out flat positions of a tensor of ``numel`` elements (the same on every run)."""
-    if numel <= count:
-        return list(range(numel))
-    golden = 0.6180339887498949
-    return sorted({int(((k + 1) * golden % 1.0) * numel) for k in range(count)})
 
 
 def _named_tensors(model: nn.Module, root: str) -> Iterator[tuple[str, str, str, torch.Tensor]]:
@@ -151,7 +148,7 @@ class _Pending:
         self.text = ""  # the fingerprint's JSON, as it stands two levels deep in the section
         self.numbers: transfer.Slot | None = None
         self.sum: transfer.Slot | None = None
-        self.layout = (0, 0, 0, 0, 0)
+        self.layout: Layout = (0, 0, 0, 0, ())
 
     def measure(self, tensor: torch.Tensor, batch: transfer.HostBatch) -> None:
         vector, self.layout = _numbers(tensor)
@@ -163,26 +160,11 @@ class _Pending:
         self.text = json.dumps(self.fingerprint, indent=1, sort_keys=True).replace("\n", "\n  ")
 
     def _fill(self) -> None:
-        if self.numbers is None or self.sum is None:
-            return
-        fingerprint = self.fingerprint
-        rows, cols, samples, mirrored, narrower = self.layout
-        take = self.numbers.values()
-        check = self.sum.values()[0]
-        stats, take = take[: len(_STATS)], take[len(_STATS) :]
-        fingerprint.update({name: _json_number(v) for name, v in zip(_STATS, stats)})
-        fingerprint["checksum"] = f"{check & 0xFFFFFFFFFFFFFFFF:016x}"
-        fingerprint["row_blocks"] = [_json_number(v) for v in take[:rows]]
-        fingerprint["col_blocks"] = [_json_number(v) for v in take[rows : rows + cols]]
-        at = rows + cols + samples
-        fingerprint["samples"] = [_json_number(v) for v in take[rows + cols : at]]
-        if mirrored:
-            fingerprint["mirrored_samples"] = [_json_number(v) for v in take[at : at + mirrored]]
-        exact = take[at + mirrored : at + mirrored + len(narrower)]
-        fingerprint["exact_in"] = [name for name, flag in zip(narrower, exact) if flag]
+        if self.numbers is not None and self.sum is not None:
+            fill_fingerprint(self.fingerprint, self.numbers.values(), self.sum.values()[0], self.layout)
 
 
-def _numbers(tensor: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int, int, int, tuple[str, ...]]]:
+def _numbers(tensor: torch.Tensor) -> tuple[torch.Tensor, Layout]:
     """One float64 vector: stats, row-block norms, column-block norms, samples, mirrored samples, and
     for each narrower dtype 1.0 when every sample survives a round trip through it (else 0.0).
 
@@ -217,7 +199,7 @@ def _numbers(tensor: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int, int, i
         rows, cols = x.shape
         mirrored = tensor.detach().reshape(-1)[(index % rows) * cols + index // rows].to(torch.float64)
     raw = tensor.detach().reshape(-1)[index]
-    narrower = tuple(name for name in _NARROWER if _narrower(name, raw.dtype))
+    narrower = tuple(name for name in NARROWER if _narrower(name, raw.dtype))
     flags = [_exact_in(raw, name) for name in narrower]
     vector = torch.cat([stats, row_norms, col_norms, samples, mirrored, *flags])
     return vector, (row_norms.numel(), col_norms.numel(), samples.numel(), mirrored.numel(), narrower)
@@ -225,9 +207,7 @@ def _numbers(tensor: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int, int, i
 
 def _block_sums(values: torch.Tensor) -> torch.Tensor:
     """Sums of up to BLOCKS contiguous blocks of a 1-D tensor."""
-    size = values.numel()
-    count = min(BLOCKS, size)
-    bounds = torch.tensor([round(i * size / count) for i in range(count + 1)], device=values.device)
+    bounds = torch.tensor(block_bounds(values.numel()), device=values.device)
     cumulative = torch.cat([values.new_zeros(1), values.cumsum(0)])
     return cumulative[bounds[1:]] - cumulative[bounds[:-1]]
 
@@ -251,10 +231,3 @@ def _bit_sum(tensor: torch.Tensor) -> torch.Tensor:
     """The wrapping sum of the tensor's bits as integers (as int64), on its device."""
     view = tensor.detach().contiguous().view(_INT_VIEW[tensor.element_size()])
     return view.sum(dtype=torch.int64)
-
-
-def _json_number(value: float) -> float | str:
-    """A float for JSON: ``"nan"``/``"inf"``/``"-inf"`` as text, others rounded to 7 significant digits."""
-    if not math.isfinite(value):
-        return str(value)
-    return float(f"{value:.7g}")

@@ -12,7 +12,6 @@ written into it by ``Serializer.finish()``, after one transfer for all of them (
 
 from __future__ import annotations
 
-import re
 import warnings
 import weakref
 from collections.abc import Callable, Iterator
@@ -23,19 +22,14 @@ import torch
 from torch._tensor_str import PRINT_OPTS
 
 from . import transfer
+from .repr_text import sanitize
 from .printing import (
     Layout,
     Options, current_options, fast_printable, format_stats, format_text, gather, stat_pieces, suffixes,
 )
 from .write import TensorStore
 
-_ADDRESS = re.compile(r"object at 0x[0-9A-Fa-f]+")
 STAT_DTYPES = frozenset({torch.float16, torch.float32, torch.bfloat16})
-
-
-def sanitize(text: str) -> str:
-    """Replace memory addresses so two runs print the same text."""
-    return _ADDRESS.sub("object at 0xXXXXXXXX", text)
 
 
 @contextmanager

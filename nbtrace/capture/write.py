@@ -12,9 +12,10 @@ import json
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
 
 from ..core.load import FULL_SUFFIX, SUMMARY_SUFFIX
 from ..core.sidecar import SIDECAR_SUFFIX, sidecar_document

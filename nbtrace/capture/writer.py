@@ -24,9 +24,10 @@ import queue
 import re
 import threading
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
 
 from ..core.tensor import is_tensor_record
 

@@ -22,6 +22,10 @@ AUTOCAST_OFF = "off"
 DETERMINISTIC = "deterministic algorithms: on"
 DEVICES = "device: {names}"
 TORCH = "torch {version}"
+JAX = "JAX {version} ({backend}), flax {flax}"
+JAX_RUN = {False: "eager (values of an uncompiled run)", True: "under jit (compiled)"}
+X64 = "x64: {state}"
+JAX_MATMUL = "matmul precision: {value}"
 ROUNDING = {
     "all": "rounding measured as recorded: every call, and one float64 forward",
     "leaves": "rounding measured as recorded: leaf calls",
@@ -42,7 +46,15 @@ def numerics_words(trace: Trace) -> list[str]:
     ``[]`` for a trace that records neither."""
     numerics = trace.numerics
     lines: list[str] = []
-    if numerics:
+    if numerics.get("framework") == "jax":
+        lines.append(JAX.format(version=numerics.get("jax"), backend=numerics.get("backend"),
+                                flax=numerics.get("flax")))
+        lines.append(JAX_RUN.get(numerics.get("jit"), UNKNOWN))
+        lines.append(X64.format(state="on" if numerics.get("x64") else "off"))
+        lines.append(JAX_MATMUL.format(value=numerics.get("default_matmul_precision") or "default"))
+        devices = numerics.get("devices") or []
+        lines.append(DEVICES.format(names=", ".join(devices) if devices else UNKNOWN))
+    elif numerics:
         tf32 = numerics.get("matmul_tf32")
         state = UNKNOWN if tf32 is None else TF32_ON if tf32 else TF32_OFF
         value = numerics.get("float32_matmul_precision")

@@ -19,40 +19,21 @@ it reads nothing back to the host: its numbers join the forward's one transfer.
 
 from __future__ import annotations
 
-import random
-
 import torch
 
-SUMS = 16
-CHUNK = 4096
-_BLOCK = 1024  # chunk signs drawn per seed
-_SEED_S, _SEED_W = 0x6E627472, 0x7477696E
-SENTINEL = 1e30
-#: positions in a fingerprint's numbers after the sums
-KEPT, SUMSQ, LEFT_OUT = SUMS, SUMS + 1, SUMS + 2
-WIDTH = SUMS + 3
+from .signs import CHUNK, SEED_S, SENTINEL, SUMS, chunk_signs, sign_sequence
 
 _S: dict[torch.device, torch.Tensor] = {}
 _W: dict[torch.device, torch.Tensor] = {}
 
 
-def sign_sequence(seed: int, length: int) -> list[float]:
-    """``length`` signs (±1.0) from Python's Mersenne Twister seeded with ``seed``: ``random.random()`` keeps its
-    sequence for a seed across Python versions (a documented promise), so fingerprints written today compare with
-    those of a later version."""
-    rng = random.Random(seed)
-    return [1.0 if rng.random() < 0.5 else -1.0 for _ in range(length)]
-
-
 def _signs(device: torch.device, chunks: int) -> tuple[torch.Tensor, torch.Tensor]:
     s = _S.get(device)
     if s is None:
-        s = _S[device] = torch.tensor(sign_sequence(_SEED_S, CHUNK), dtype=torch.float64, device=device)
+        s = _S[device] = torch.tensor(sign_sequence(SEED_S, CHUNK), dtype=torch.float64, device=device)
     w = _W.get(device)
     if w is None or w.shape[0] < chunks:
-        blocks = -(-chunks // _BLOCK)
-        host = [v for k in range(blocks) for v in sign_sequence(_SEED_W + k, _BLOCK)]
-        w = _W[device] = torch.tensor(host, dtype=torch.float64, device=device)
+        w = _W[device] = torch.tensor(chunk_signs(chunks), dtype=torch.float64, device=device)
     return s, w
 
 

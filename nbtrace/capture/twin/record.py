@@ -25,8 +25,9 @@ from torch import nn
 from ...core.ranks import call_key
 from ...core.twin import SUMS, TWIN_VERSION, TwinPrint
 from ..rounding_numbers import float_leaves
-from .fingerprint import KEPT, LEFT_OUT, SUMSQ, fingerprint
+from .fingerprint import fingerprint
 from ..transfer import to_host_many
+from .signs import KEPT, LEFT_OUT, SUMSQ
 from .forward import constants_digest, digest_text, find_valid, twin_runs
 from .state import CarriedState
 from .values import remember, upcast

@@ -23,6 +23,7 @@ from collections.abc import Set as AbstractSet
 from ...core.dtypes import dtype_kind
 from ...core.node import Node
 from ...core.paths import path_numbers
+from .shapes import same_flat_order, same_views
 from .flow import Flow
 
 _MIN_SCORE = 3.0  # weaker pairs are never matched
@@ -121,17 +122,24 @@ def pair_score(x: CallFeatures, y: CallFeatures) -> float | None:
     score = 0.0
     if x.leaf:
         if x.out_shapes != y.out_shapes:
-            return None
-        score += 4.0 if x.outs else 1.0
-        if x.outs != y.outs:
-            score -= 1.0  # same shapes, other dtypes (e.g. a bf16 port)
+            if not x.out_shapes or not same_views(x.out_shapes, y.out_shapes):
+                return None
+            score += 2.0  # heads split on one side, merged on the other (a JAX original against its port)
+        else:
+            score += 4.0 if x.outs else 1.0
+            if x.outs != y.outs:
+                score -= 1.0  # same shapes, other dtypes (e.g. a bf16 port)
     elif x.children == y.children:
         score += 1.0
-    if x.ins and y.ins:  # the same computation starts from tensors of the same shapes
+    if x.ins and y.ins:  # the same computation starts from tensors of the same shapes (or views of them)
         common = len(set(x.ins) & set(y.ins))
         if common == 0:
-            return None
-        score += common / len(set(x.ins) | set(y.ins))
+            views = any(kx == ky and same_flat_order(sx, sy) for sx, kx in x.ins for sy, ky in y.ins)
+            if not views:
+                return None
+            score += 0.5 / len(set(x.ins) | set(y.ins))
+        else:
+            score += common / len(set(x.ins) | set(y.ins))
     if x.main_in is not None and x.main_in == y.main_in:
         score += 1.0 if x.leaf else 2.0
     k = min(len(x.numbers), len(y.numbers))

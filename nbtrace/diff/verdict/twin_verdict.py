@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 from ...core.node import Node
 from ...core.ranks import call_key
 from ...core.twin import Twin, TwinPrint
+from ..align.shapes import same_flat_order
 from ..measure.metrics import TensorDiff
 from .evidence import Evidence
 from .twin_calls import Counterparts, call_events
@@ -288,22 +289,6 @@ def _pairs(mine_all: dict[str, TwinPrint], theirs_all: dict[str, TwinPrint], io:
         if pair.evidence is not None or pair.undecided is not None:
             pairs.append(pair)
     return pairs
-
-
-def same_flat_order(shape_a: tuple[int, ...], shape_b: tuple[int, ...]) -> bool:
-    """True when one shape is the other with neighbouring dimensions merged or split (equal element counts, and
-    every running product of one is a running product of the other), so a view of one is the other."""
-    def running(shape: tuple[int, ...]) -> set[int]:
-        found, total = set(), 1
-        for size in shape:
-            total *= size
-            found.add(total)
-        return found
-
-    if math.prod(shape_a) != math.prod(shape_b):
-        return False
-    mine, theirs = running(tuple(shape_a)), running(tuple(shape_b))
-    return mine <= theirs or theirs <= mine
 
 
 def _ignored(place: str, ignore: re.Pattern[str] | None) -> bool:

@@ -181,6 +181,9 @@ def classify(a: dict[str, Any], b: dict[str, Any]) -> tuple[str, str, float | No
             return reshaped
         if _reversed(shape_a, shape_b):
             return _other_layout(a, b)
+        permuted = _permuted(a, b)
+        if permuted is not None:
+            return permuted
         if _fused(shape_a, shape_b):
             return "fused", f"shape {shape_b} where a has {shape_a}: one holds the other fused with more " \
                 "(its values are judged by the calls' outputs)", None, False
@@ -256,8 +259,39 @@ def _reshaped(a: dict, b: dict) -> tuple[str, str, float, bool] | None:
     return None
 
 
+def _permuted(a: dict, b: dict) -> tuple[str, str, float | None, bool] | None:
+    """The same values in another arrangement (a Flax kernel ``[in, heads, head_dim]`` against a PyTorch weight
+    ``[heads * head_dim, in]``, a convolution's ``[h, w, in, out]`` against ``[out, in, h, w]``): equal element
+    counts and the fingerprint's permutation-invariant numbers equal (the bit sum, mean, std, min, max, norm), or
+    within the narrower dtype's rounding. Which arrangement is right is judged by the calls' outputs. None
+    otherwise."""
+    shape_a, shape_b = a.get("shape"), b.get("shape")
+    if not isinstance(shape_a, list) or not isinstance(shape_b, list) or math.prod(shape_a) != math.prod(shape_b):
+        return None
+    stats = ("mean", "std", "min", "max", "norm")
+    words = f"shape {shape_b} where a has {shape_a}: the same values in another arrangement (another " \
+        "framework's layout; its values are judged by the calls' outputs)"
+    xs, ys = _floats([a.get(k) for k in stats]), _floats([b.get(k) for k in stats])
+    if len(xs) != len(stats) or len(ys) != len(stats):
+        return None
+    scale = max(abs(v) for v in xs[1:4]) or 1.0  # std, min, max: the size of the values
+    if a.get("dtype") == b.get("dtype"):
+        # the bit sum is blind to order, exact; the statistics agree to the fingerprint's 7 digits (their sums
+        # ran in another order)
+        if a.get("checksum") is not None and a.get("checksum") == b.get("checksum") and \
+                all(abs(x - y) <= 1e-5 * max(abs(x), abs(y), scale) for x, y in zip(xs, ys)):
+            return "layout", words, None, False
+        return None
+    narrower = max((a.get("dtype"), b.get("dtype")), key=lambda d: UNIT_ROUNDOFF.get(d, 0.0))
+    unit = UNIT_ROUNDOFF.get(narrower)
+    if unit is not None and all(abs(x - y) <= 4 * unit * max(abs(x), abs(y), scale) for x, y in zip(xs, ys)):
+        return "dtype", f"{words}, in dtype {b.get('dtype')} where a has {a.get('dtype')}", None, False
+    return None
+
+
 def _reversed_or_fused(a: dict, b: dict) -> bool:
-    return _reversed(a.get("shape"), b.get("shape")) or _fused(a.get("shape"), b.get("shape"))
+    return _reversed(a.get("shape"), b.get("shape")) or _fused(a.get("shape"), b.get("shape")) or \
+        _permuted(a, b) is not None
 
 
 def _reversed(shape_a: Any, shape_b: Any) -> bool:

@@ -1,0 +1,29 @@
+"""The fingerprint's constants and its signs, without torch: one definition for the PyTorch capture
+(``fingerprint.py``) and the JAX capture (``nbtrace/jax/fingerprint.py``), so their fingerprints compare."""
+
+from __future__ import annotations
+
+import random
+
+SUMS = 16
+CHUNK = 4096
+SIGN_BLOCK = 1024  # chunk signs drawn per seed
+SEED_S, SEED_W = 0x6E627472, 0x7477696E
+SENTINEL = 1e30
+#: positions in a fingerprint's numbers after the sums
+KEPT, SUMSQ, LEFT_OUT = SUMS, SUMS + 1, SUMS + 2
+WIDTH = SUMS + 3
+
+
+def sign_sequence(seed: int, length: int) -> list[float]:
+    """``length`` signs (±1.0) from Python's Mersenne Twister seeded with ``seed``: ``random.random()`` keeps its
+    sequence for a seed across Python versions (a documented promise), so fingerprints written today compare with
+    those of a later version."""
+    rng = random.Random(seed)
+    return [1.0 if rng.random() < 0.5 else -1.0 for _ in range(length)]
+
+
+def chunk_signs(chunks: int) -> list[float]:
+    """The sign ``W[c]`` of each of the first ``chunks`` chunks (whole blocks of ``SIGN_BLOCK``, one seed each)."""
+    blocks = -(-chunks // SIGN_BLOCK)
+    return [v for k in range(blocks) for v in sign_sequence(SEED_W + k, SIGN_BLOCK)]

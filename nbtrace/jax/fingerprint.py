@@ -1,0 +1,60 @@
+"""The twin's fingerprint of an array, in numpy: the same numbers as ``capture/twin/fingerprint.py`` computes for a
+torch tensor of the same values (the signs and constants are shared: ``capture/twin/signs.py``), so a JAX trace's
+twin compares with a PyTorch one's."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..capture.twin.signs import CHUNK, SEED_S, SENTINEL, SUMS, chunk_signs, sign_sequence
+
+_S = np.asarray(sign_sequence(SEED_S, CHUNK), dtype=np.float64)
+_W: list[np.ndarray] = [np.zeros(0)]
+
+
+def _chunk_signs(chunks: int) -> np.ndarray:
+    if _W[0].shape[0] < chunks:
+        _W[0] = np.asarray(chunk_signs(chunks), dtype=np.float64)
+    return _W[0]
+
+
+def valid_elements(x: np.ndarray, valid: np.ndarray | None) -> np.ndarray | None:
+    """``valid`` (``[batch, seq]``) broadcast over ``x`` when its first dimension is the batch and a later one the
+    sequence (the rule of the PyTorch capture); None otherwise."""
+    if valid is None or x.ndim < 2 or valid.ndim != 2 or x.shape[0] != valid.shape[0]:
+        return None
+    seq = next((d for d in range(1, x.ndim) if x.shape[d] == valid.shape[1]), None)
+    if seq is None:
+        return None
+    shape = [1] * x.ndim
+    shape[0], shape[seq] = valid.shape[0], valid.shape[1]
+    return valid.reshape(shape)
+
+
+def fingerprint(x: np.ndarray, valid: np.ndarray | None = None) -> list[float]:
+    """The 16 sums, the count kept, their sum of squares and the count left out (``signs.WIDTH`` numbers)."""
+    x = np.asarray(x)
+    if np.iscomplexobj(x):
+        x = np.stack([x.real, x.imag], axis=-1)
+    x = x.astype(np.float64)
+    keep = valid_elements(x, valid)
+    with np.errstate(invalid="ignore"):
+        ok = x > -SENTINEL
+    if keep is not None:
+        ok = ok & keep
+        counted = float(keep.sum()) * (x.size // keep.size)
+    else:
+        counted = float(x.size)
+    values = np.where(ok, x, 0.0).reshape(-1)
+    kept = float(ok.sum())
+    full, rest = divmod(values.size, CHUNK)
+    w = _chunk_signs(full + 1)
+    folded = np.zeros(CHUNK, dtype=np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        if full:
+            folded += w[:full] @ values[: full * CHUNK].reshape(full, CHUNK)
+        if rest:
+            folded[:rest] += w[full] * values[full * CHUNK:]
+        sums = (folded * _S).reshape(-1, SUMS).sum(0)
+        square = float(np.dot(values, values))
+    return [float(v) for v in sums] + [kept, square, counted - kept]

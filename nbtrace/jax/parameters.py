@@ -1,0 +1,32 @@
+"""The sidecar's ``parameters`` section of a JAX trace: a fingerprint of every variable, by module path.
+
+Flax keeps a model's variables as nested dicts, ``{"params": {"layers_0": {"attn": {"q_proj": {"kernel": a}}}}}``;
+all keys but the last name the module (the same module path the calls get: ``Model.layers.0.attn.q_proj``), the
+last the variable. ``params`` are parameters, other collections (``batch_stats``, ``cache``) buffers. Each
+fingerprint is the PyTorch capture's for the same values (``capture/numpy_parameters.py``), so a kernel held as
+``(in, out)`` compares with its port's ``(out, in)`` weight through the fingerprint's mirrored samples.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..capture.numpy_parameters import fingerprint_array
+from .calls import CallNames
+from .serialize import host, is_array
+
+
+def parameters_section(variables: Any, names: CallNames) -> dict[str, dict[str, Any]]:
+    section: dict[str, dict[str, Any]] = {}
+
+    def walk(value: Any, keys: tuple[str, ...], kind: str) -> None:
+        if is_array(value):
+            module = names.module_path(keys[:-1])
+            section.setdefault(module, {})[keys[-1]] = fingerprint_array(host(value), kind)
+        elif hasattr(value, "items"):
+            for key, item in value.items():
+                walk(item, (*keys, str(key)), kind)
+
+    for collection, tree in variables.items():
+        walk(tree, (), "parameter" if collection == "params" else "buffer")
+    return section

@@ -1,0 +1,170 @@
+"""``nbtrace.jax.trace``: record one forward of a Flax model into the files the PyTorch capture writes."""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..capture.prune import prune_intermediate_layers, prune_outputs_of_parents
+from ..capture.write import write_sidecar, write_trace_files
+from ..core.kept_inputs import INPUTS_SECTION, inputs_section_of_arrays
+from ..core.ranks import call_key
+from ..core.twin import TWIN_SECTION
+from .calls import Call, CallRecorder
+from .fingerprint import fingerprint
+from .numerics import numerics_section
+from .parameters import parameters_section
+from .serialize import Serializer, host, is_array, remove_files
+from .twin import find_valid, padding_digest, run_twin, twin_section
+from .values import float_leaves
+
+MEASURE_MODES = ("auto", "twin", True, False)
+_MAX_INPUT_BYTES = 16 * 2**20
+
+
+@dataclass
+class JaxTrace:
+    """What ``nbtrace.jax.trace`` gives back: the model's output and the trace it wrote (``nbtrace.Trace``)."""
+
+    output: Any
+    trace: Any
+    path: Path
+
+
+def trace(model: Any, variables: Any, *args: Any, method: Any = None, debug_path: str | Path | None = None,
+          do_prune_layers: bool = True, use_repr: bool = True, measure_rounding: bool | str = "auto",
+          **kwargs: Any) -> JaxTrace:
+    """Run ``model.apply(variables, *args, method=method, **kwargs)`` once, eagerly, and write its trace.
+
+    The files are those of ``nbtrace.trace`` for a PyTorch model (transformers' debugger files, safetensors with
+    ``use_repr=False``, nbtrace's sidecar), into ``debug_path`` (the working folder when None). Every call of every
+    module method is recorded (``calls.py`` says how calls are named). ``measure_rounding`` ("auto", "twin" or
+    True: the float64 twin, ``twin.py``; False: none) lets ``nbtrace.compare`` judge the trace against a port's.
+    The model runs under ``jax.disable_jit()`` (a jitted function inside it runs eagerly too); nothing of JAX's
+    configuration is left changed. Needs jax, flax, numpy and safetensors; not torch.
+    """
+    import flax.linen as nn
+    import jax
+
+    if measure_rounding not in MEASURE_MODES:
+        raise ValueError(f"measure_rounding must be one of {MEASURE_MODES}, got {measure_rounding!r}")
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a flax.linen Module, got {type(model).__name__}")
+    twin_wanted = measure_rounding is not False
+    root = type(model).__name__
+    folder = Path(debug_path) if debug_path is not None else Path.cwd()
+    folder.mkdir(parents=True, exist_ok=True)
+    valid = find_valid(args, kwargs) if twin_wanted else None
+    run_prints: dict[str, dict[str, list[float]]] = {}
+
+    def note_run(call: Call) -> None:
+        if twin_wanted:
+            key = call_key(call.path, call.index)
+            run_prints[key] = {place: fingerprint(a, valid) for place, a in float_leaves(call.out, "out")}
+
+    recorder = CallRecorder(root, on_return=note_run)
+    with jax.disable_jit(), nn.intercept_methods(recorder):
+        output = model.apply(variables, *args, method=method, **kwargs)
+    top = recorder.top
+    if top is None:
+        raise ValueError(f"{root}.apply made no call nbtrace could record (is {method!r} a method of the model?)")
+
+    sections: dict[str, Any] = {"numerics": numerics_section(jit=False)}
+    try:
+        sections["parameters"] = parameters_section(variables, recorder.names)
+    except Exception as exc:  # noqa: BLE001 - a fingerprint must never cost the user their trace
+        warnings.warn(f"nbtrace could not fingerprint the variables of {root}: {exc}", stacklevel=2)
+    tree = _tree(top, use_repr)
+    if do_prune_layers:
+        prune_intermediate_layers(tree)
+    prune_outputs_of_parents(tree)
+    if twin_wanted:
+        sections[TWIN_SECTION] = _twin(model, variables, args, kwargs, method, root, valid, run_prints, tree)
+        if use_repr:
+            kept = _input_arrays(args, kwargs)
+            if kept:
+                sections[INPUTS_SECTION] = inputs_section_of_arrays(kept)
+    serializer = Serializer(use_repr, folder)
+    try:
+        _serialize(tree, serializer)
+        full, _ = write_trace_files(tree, folder, root)
+        write_sidecar(folder, root, sections)
+    except BaseException:
+        remove_files(serializer.written)
+        raise
+    from ..core.load import load_trace
+
+    return JaxTrace(output, load_trace(full), folder)
+
+
+def _tree(top: Call, use_repr: bool) -> dict[str, Any]:
+    """The format's tree of calls, values still raw (serialized once pruning has dropped what it drops)."""
+    def node(call: Call, is_root: bool) -> dict[str, Any]:
+        base = call.path if call.index == 0 else f"{call.path}@{call.index + 1}"
+        if is_root:
+            inputs: Any = {"args": call.args, "kwargs": call.kwargs}
+        elif call.kwargs:
+            inputs = {"args": call.args, "kwargs": call.kwargs} if call.args else {"kwargs": call.kwargs}
+        else:
+            inputs = {"args": call.args} if call.args else {}
+        out: dict[str, Any] = {"module_path": call.path, "inputs": _Raw(inputs, f"{base}_inputs")}
+        children = [node(child, False) for child in call.children]
+        if not is_root or not use_repr or not children:
+            out["outputs"] = _Raw(call.out, f"{base}_outputs")
+        if children:
+            out["children"] = children
+        return out
+
+    return node(top, True)
+
+
+class _Raw:
+    """A value waiting to be serialized, with the base name of its files."""
+
+    __slots__ = ("name", "value")
+
+    def __init__(self, value: Any, name: str) -> None:
+        self.value, self.name = value, name
+
+
+def _serialize(node: dict[str, Any], serializer: Serializer) -> None:
+    for key in ("inputs", "outputs"):
+        if isinstance(node.get(key), _Raw):
+            raw = node[key]
+            node[key] = serializer(raw.value, raw.name)
+    for child in node.get("children", ()):
+        _serialize(child, serializer)
+
+
+def _twin(model: Any, variables: Any, args: tuple, kwargs: dict[str, Any], method: Any, root: str,
+          valid: Any, run_prints: dict[str, dict[str, list[float]]], tree: dict[str, Any]) -> dict[str, Any]:
+    written = _call_names(tree)
+    try:
+        twin = run_twin(model, variables, args, kwargs, method, root, valid)
+        perturbed = run_twin(model, variables, args, kwargs, method, root, valid, perturb=True)
+    except Exception as exc:  # noqa: BLE001 - a model that cannot run in float64 keeps its trace
+        text = f"{type(exc).__name__}: {exc}"
+        return twin_section(None, None, {}, written, None, f"the float64 twin of the whole model failed ({text[:300]})")
+    return twin_section(twin, perturbed, run_prints, written, padding_digest(valid), None)
+
+
+def _call_names(tree: dict[str, Any]) -> list[str]:
+    names, counts, stack = [], {}, [tree]
+    while stack:
+        node = stack.pop()
+        path = node["module_path"]
+        index = counts.get(path, 0)
+        counts[path] = index + 1
+        names.append(call_key(path, index))
+        stack.extend(reversed(node.get("children", ())))
+    return names
+
+
+def _input_arrays(args: tuple, kwargs: dict[str, Any]) -> dict[str, Any]:
+    found = {f"args.{i}": host(a) for i, a in enumerate(args) if is_array(a)}
+    found.update({f"kwargs.{k}": host(v) for k, v in kwargs.items() if is_array(v)})
+    if sum(a.nbytes for a in found.values()) > _MAX_INPUT_BYTES:
+        return {}
+    return found

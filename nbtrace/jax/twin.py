@@ -1,0 +1,199 @@
+"""The float64 twin of a Flax forward: the sidecar's ``twin`` section, as the PyTorch capture writes it.
+
+After the recorded forward, the model runs again with every float variable and input in float64
+(``jax.enable_x64`` for these runs only, matmuls at the highest precision, eager), and with each module's ``dtype``
+field set to float64 while it runs (Flax modules compute in their ``dtype``: a bfloat16 model's twin is float64
+all the same); nothing of the user's model, variables or JAX configuration is left changed. At every call each
+float input and output is fingerprinted (``fingerprint.py``); the run's own outputs were fingerprinted as it
+recorded them, so ``acc`` says how far its rounding carried it. A second twin with every variable moved by one
+float64 rounding measures the twin's own precision (``s64``). A float result narrower than float64 inside the twin
+is avoided where the code asks for it (``widen.py``: ``astype(jnp.float32)``, ``dtype=`` of a factory); one that
+remains is named in ``low``. JAX models hold no constants outside their variables,
+so ``constants`` is empty and ``sconst`` unmeasured.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import zlib
+from collections.abc import Callable
+from contextlib import ExitStack
+from typing import Any
+
+import numpy as np
+
+from ..capture.twin.signs import KEPT, LEFT_OUT, SUMS, SUMSQ
+from ..core.ranks import call_key
+from ..core.twin import TWIN_VERSION, TwinPrint
+from .calls import Call, CallRecorder
+from .fingerprint import fingerprint
+from .values import float_leaves, tree_map_arrays
+from .widen import WidenState, widened
+
+_NOISE_LENGTH = 65521
+_NOISE = np.asarray([2.0 * r.random() - 1.0 for r in [random.Random(0x5EED)] for _ in range(_NOISE_LENGTH)])
+
+
+class TwinCalls:
+    """The fingerprints one float64 run made: call name -> place -> (shape, numbers), the first narrow result,
+    and the order its calls started and ended."""
+
+    def __init__(self, valid: np.ndarray | None) -> None:
+        self.valid = valid
+        self.prints: dict[str, dict[str, tuple[tuple[int, ...], list[float]]]] = {}
+        self.low: dict[str, str] = {}
+        self.events: list[str] = []
+        self._first_low: str | None = None
+        self._open: list[tuple[str, bool]] = []
+        self.widen: WidenState | None = None
+
+    def run_call(self, call: Call, next_fun: Callable) -> Any:
+        import jax.numpy as jnp
+
+        key = call_key(call.path, call.index)
+        self.events.append("(" + key)
+        places = {f"args.{i}": a for i, a in enumerate(call.args)}
+        places.update({f"kwargs.{k}": v for k, v in call.kwargs.items()})
+        found = self.prints.setdefault(key, {})
+        for place, leaf in float_leaves(places):
+            found[place] = (leaf.shape, fingerprint(leaf, self.valid))
+        self._open.append((key, self._first_low is not None))
+        saved = {name: getattr(call.module, name) for name in ("dtype", "param_dtype")
+                 if getattr(call.module, name, None) is not None}
+        try:
+            for name in saved:
+                object.__setattr__(call.module, name, jnp.float64)
+            out = next_fun(*call.args, **call.kwargs)
+        finally:
+            for name, value in saved.items():
+                object.__setattr__(call.module, name, value)
+            _, low_before = self._open.pop()
+        for place, leaf in float_leaves(out, "out"):
+            found[place] = (leaf.shape, fingerprint(leaf, self.valid))
+        if self._first_low is None and self.widen is not None and self.widen.low is not None:
+            self._first_low = self.widen.low
+        if self._first_low is not None and not low_before:
+            self.low[key] = self._first_low
+        self.events.append(")" + key)
+        return out
+
+
+def run_twin(model: Any, variables: Any, args: tuple, kwargs: dict[str, Any], method: Any, root: str,
+             valid: np.ndarray | None, perturb: bool = False) -> TwinCalls:
+    """One float64 run of ``model`` (``perturb``: its variables moved by one float64 rounding)."""
+    import flax.linen as nn
+    import jax
+
+    calls = TwinCalls(valid)
+    with ExitStack() as stack:
+        stack.enter_context(jax.enable_x64(True))
+        stack.enter_context(jax.disable_jit())
+        stack.enter_context(jax.default_matmul_precision("highest"))
+        wide_vars = tree_map_arrays(variables, _widen, with_path=True)
+        if perturb:
+            wide_vars = tree_map_arrays(wide_vars, _perturbed, with_path=True)
+        wide_args = tree_map_arrays(args, _widen)
+        wide_kwargs = tree_map_arrays(kwargs, _widen)
+        recorder = CallRecorder(root, on_call=calls.run_call)
+        stack.enter_context(nn.intercept_methods(recorder))
+        calls.widen = stack.enter_context(widened())
+        model.apply(wide_vars, *wide_args, method=method, **wide_kwargs)
+    return calls
+
+
+def _widen(a: np.ndarray, name: str = "") -> Any:
+    import jax.numpy as jnp
+
+    if np.issubdtype(a.dtype, np.floating) or a.dtype.name == "bfloat16":
+        return jnp.asarray(np.asarray(a, dtype=np.float64))
+    return jnp.asarray(a)
+
+
+def _perturbed(a: Any, name: str) -> Any:
+    import jax.numpy as jnp
+
+    host = np.asarray(a)
+    if host.dtype != np.float64:
+        return a
+    start = zlib.crc32(name.encode()) % _NOISE_LENGTH
+    repeats = -(-(host.size + start) // _NOISE_LENGTH)
+    noise = np.tile(_NOISE, repeats)[start:start + host.size].reshape(host.shape)
+    return jnp.asarray(host * (1 + 2.0**-53 * noise))
+
+
+def twin_section(twin: TwinCalls | None, perturbed: TwinCalls | None, run: dict[str, dict[str, list[float]]],
+                 written: list[str], padding: str | None, problem: str | None) -> dict[str, Any]:
+    """The ``twin`` section for the calls of the tree as written (``written``, after pruning), pruned ones after."""
+    section: dict[str, Any] = {"version": TWIN_VERSION, "sums": SUMS, "padding": padding, "constants": [],
+                               "calls": {}}
+    if twin is None or problem is not None:
+        section["skipped"] = problem or "the forward raised"
+        return section
+    kept = set(written)
+    hidden = [key for key in twin.prints if key not in kept]
+    if hidden:
+        section["events"] = twin.events
+    for key in written + hidden:
+        places = twin.prints.get(key)
+        if not places:
+            continue
+        entries = {}
+        for place, (shape, values) in places.items():
+            other = perturbed.prints.get(key, {}).get(place) if perturbed is not None else None
+            finite = all(math.isfinite(v) for v in values[:LEFT_OUT])
+            n = int(values[KEPT])
+            rms = math.sqrt(values[SUMSQ] / n) if n and finite else 0.0
+            sums = tuple(values[:SUMS]) if finite else (0.0,) * SUMS
+            left_out = int(values[LEFT_OUT]) if finite else max(int(values[LEFT_OUT]), 1)
+            acc, run_rms, run_out = _accumulated(values, run.get(key, {}).get(place))
+            entries[place] = TwinPrint(tuple(shape), sums, n, rms, left_out,
+                                       _distance(values, other[1] if other else None), None,
+                                       twin.low.get(key), acc, run_out, run_rms).to_dict()
+        section["calls"][key] = entries
+    return section
+
+
+def _distance(values: list[float], other: list[float] | None) -> float | None:
+    if other is None or values[KEPT] <= 0 or other[KEPT] != values[KEPT]:
+        return None
+    found = math.sqrt(sum((a - b) ** 2 for a, b in zip(values[:SUMS], other[:SUMS])) / values[KEPT])
+    return float(f"{found:.6g}") if math.isfinite(found) else None
+
+
+def _accumulated(twin: list[float], run: list[float] | None) -> tuple[float | None, float | None, int]:
+    """``(acc, run_rms, run_out)`` of the run's output against the twin's (as the PyTorch capture's)."""
+    if run is None:
+        return None, None, 0
+    finite = all(math.isfinite(v) for v in run[:LEFT_OUT])
+    run_out = int(run[LEFT_OUT]) if finite else max(int(run[LEFT_OUT]), 1)
+    extra = max(run_out - int(twin[LEFT_OUT]), 0)
+    if not finite or run[KEPT] != twin[KEPT] or twin[KEPT] <= 0:
+        return None, None, extra
+    delta = sum((a - b) ** 2 for a, b in zip(run[:SUMS], twin[:SUMS]))
+    size = math.sqrt(run[SUMSQ] / run[KEPT])
+    return float(f"{math.sqrt(delta / twin[KEPT]):.6g}"), float(f"{size:.9g}"), extra
+
+
+def padding_digest(valid: np.ndarray | None) -> str | None:
+    """The padding mask's shape and two sums of it, written as the PyTorch capture writes them."""
+    if valid is None:
+        return None
+    flags = valid.reshape(-1).astype(np.int64)
+    weights = np.arange(flags.size) % 65521 + 1
+    sums = [int(flags.sum()), int((flags * weights).sum())]
+    return f"{list(valid.shape)}:" + ":".join(f"{v & 0xFFFFFFFFFFFFFFFF:x}" for v in sums)
+
+
+def find_valid(args: tuple, kwargs: dict[str, Any]) -> np.ndarray | None:
+    """The ``(batch, sequence)`` padding mask among the top-level inputs (the PyTorch capture's rule)."""
+    from .serialize import host, is_array
+
+    candidates = [host(v) for k, v in kwargs.items() if "mask" in k and is_array(v)]
+    first = host(args[0]) if args and is_array(args[0]) else None
+    if not candidates and first is not None:
+        candidates = [host(v) for v in args[1:] if is_array(v) and tuple(v.shape) == first.shape]
+    for mask in candidates:
+        if mask.ndim == 2 and not np.issubdtype(mask.dtype, np.floating) and mask.dtype.name != "bfloat16":
+            return mask != 0
+    return None

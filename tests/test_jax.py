@@ -1,0 +1,211 @@
+"""A JAX/Flax original traced by ``nbtrace.jax`` and compared with its PyTorch port.
+
+Two families from code (a decoder with RoPE, grouped-query attention, a fused k/v projection and a fused gate/up
+kernel; a ViT with a convolutional patch embedding on NHWC pixels), their ports converted in code, every planted
+bug named at its module from folders (the float64 twins both sides measured) and against the live port, in
+float32 and bfloat16, with other seeds than the models were written with.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+
+import nbtrace
+import nbtrace.jax as ntj
+from tests.models import flax_decoder_port, flax_vit
+
+ROOT = Path(__file__).resolve().parent.parent
+DECODER_BUGS = {"norm_eps": "layers.0.input_norm", "query_scale": "layers.0.attn", "rope_base": "layers.0.attn",
+                "swapped_gate_up": "layers.0.mlp", "transposed_kernel": "layers.0.attn.q_proj"}
+VIT_BUGS = {"gelu": "layers_0.mlp", "norm_eps": "layers_0.ln_1", "query_scale": "layers_0.attn",
+            "transposed_kernel": "layers_0.attn.query"}
+
+
+def _pair(family: str, seed: int, dtype: str, bug: str | None):
+    bugs = frozenset([bug]) if bug else frozenset()
+    if family == "decoder":
+        pair = flax_decoder_port.make_decoder_pair(seed=seed, dtype=dtype, bugs=bugs)
+        jax_input, torch_input = pair.input_ids_np, pair.input_ids_torch
+    else:
+        pair = flax_vit.make_vit_pair(seed=seed, dtype=dtype, bugs=bugs)
+        jax_input, torch_input = pair.pixels_np, pair.pixels_torch
+    params = pair.params
+    if dtype == "bfloat16":  # the original stores bfloat16 weights too, and is given the port's bfloat16 pixels
+        params = jax.tree_util.tree_map(lambda a: a.astype(jnp.bfloat16), params)
+        if family == "vit":
+            jax_input = jnp.asarray(jax_input).astype(jnp.bfloat16)
+    return pair, params, jax_input, torch_input
+
+
+def _port_call(family: str):
+    return None if family == "decoder" else (lambda port, pixels: port(pixels.permute(0, 3, 1, 2)))  # NHWC
+
+
+def _named(comparison) -> str | None:
+    first = comparison.first_divergence
+    return None if first is None else first.module_path.split(".", 1)[1]
+
+
+CASES = [("decoder", 3, "float32"), ("decoder", 4, "bfloat16"), ("vit", 5, "float32"), ("vit", 6, "bfloat16")]
+
+
+@pytest.mark.parametrize(("family", "seed", "dtype"), CASES)
+def test_each_bug_is_named_at_its_module_from_folders_and_against_the_live_port(tmp_path, family, seed, dtype):
+    bugs = DECODER_BUGS if family == "decoder" else VIT_BUGS
+    for bug in [None, *bugs]:
+        pair, params, jax_input, torch_input = _pair(family, seed, dtype, bug)
+        original, port = tmp_path / f"{bug}_original", tmp_path / f"{bug}_port"
+        recorded = ntj.trace(pair.flax_model, params, jax_input, debug_path=original)
+        assert recorded.trace.sidecar["twin"]["calls"], "the float64 twin was recorded"
+        with nbtrace.trace(pair.torch_model, debug_path=port):
+            pair.torch_model(torch_input)
+        from_folders = nbtrace.compare(original, port)
+        expected = bugs.get(bug)
+        assert _named(from_folders) == expected, (bug, from_folders.first_divergence)
+        if bug is None:
+            assert from_folders.verdict == "agree"
+        if dtype == "float32" or bug is None:
+            live = nbtrace.compare(original, pair.torch_model, call=_port_call(family))
+            assert _named(live) == expected, (bug, live.first_divergence)
+
+
+def test_a_bfloat16_port_of_a_float32_original_agrees_and_says_what_its_weights_hide(tmp_path):
+    pair, _, jax_input, torch_input = _pair("decoder", 7, "bfloat16", None)
+    ntj.trace(pair.flax_model, pair.params, jax_input, debug_path=tmp_path / "original")  # float32 weights
+    with nbtrace.trace(pair.torch_model, debug_path=tmp_path / "port"):
+        pair.torch_model(torch_input)
+    comparison = nbtrace.compare(tmp_path / "original", tmp_path / "port")
+    assert comparison.verdict == "agree"
+    pair, _, jax_input, torch_input = _pair("decoder", 7, "bfloat16", "query_scale")
+    ntj.trace(pair.flax_model, pair.params, jax_input, debug_path=tmp_path / "original_bug")
+    assert _named(nbtrace.compare(tmp_path / "original_bug", pair.torch_model)) == "layers.0.attn"
+
+
+@pytest.fixture(scope="module")
+def decoder_folder(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("jax") / "original"
+    pair, params, jax_input, _ = _pair("decoder", 0, "float32", None)
+    recorded = ntj.trace(pair.flax_model, params, jax_input, debug_path=folder)
+    return folder, recorded, pair
+
+
+def test_the_trace_reads_as_a_pytorch_trace_does(decoder_folder):
+    folder, _, _ = decoder_folder
+    trace = nbtrace.load_trace(folder)
+    paths = [node.module_path for node in trace.nodes()]
+    assert paths[:4] == ["FlaxDecoder", "FlaxDecoder.embedder.encode", "FlaxDecoder.layers.0",
+                         "FlaxDecoder.layers.0.input_norm"]
+    assert "FlaxDecoder.layers.1" not in paths and "FlaxDecoder.layers.2" in paths  # pruned as the format prunes
+    assert paths[-1] == "FlaxDecoder.embedder.decode"
+    norm = trace["FlaxDecoder.layers.0.input_norm"]
+    out = norm.outputs
+    assert out.shape == (2, 7, 32) and out.dtype == "torch.float32"
+    assert out.mean is not None and out.std > 0
+    full = json.loads((folder / "FlaxDecoder_debug_tree_FULL_TENSORS.json").read_text())
+    logits = full["children"][-1]["outputs"]
+    assert logits["value"][0].startswith("tensor([[[") and logits["shape"] == "torch.Size([2, 7, 64])"
+    numerics = trace.numerics
+    assert numerics["framework"] == "jax" and numerics["jit"] is False and numerics["jax"] == jax.__version__
+    weights = trace.sidecar["parameters"]["FlaxDecoder.layers.0.attn.q_proj"]["kernel"]
+    assert weights["shape"] == [32, 4, 8]
+    frame = nbtrace.to_dataframe(trace)
+    assert "FlaxDecoder.layers.0.attn.q_proj" in set(frame["module_path"])
+
+
+def test_views_and_the_cli_show_a_jax_trace_and_its_comparison(decoder_folder, tmp_path):
+    folder, _, pair = decoder_folder
+    with nbtrace.trace(pair.torch_model, debug_path=tmp_path / "port"):
+        pair.torch_model(pair.input_ids_torch)
+    comparison = nbtrace.compare(folder, tmp_path / "port")
+    from nbtrace.render.numerics_words import numerics_words
+
+    words = " ".join(numerics_words(comparison.a))
+    assert f"JAX {jax.__version__}" in words and "eager" in words
+    from tests.test_html_file import blocks
+
+    data = " ".join(blocks(nbtrace.save_html(comparison, tmp_path / "page.html").read_text(encoding="utf-8")).values())
+    assert "FlaxDecoder.layers.0.attn.q_proj" in data and f"JAX {jax.__version__}" in data
+    shown = subprocess.run([sys.executable, "-m", "nbtrace", "show", str(folder)], capture_output=True, text=True,
+                           cwd=tmp_path, check=True)
+    assert "kv_proj" in shown.stdout and "embedder.decode" in shown.stdout
+    told = subprocess.run([sys.executable, "-m", "nbtrace", "diff", str(folder), str(tmp_path / "port")],
+                          capture_output=True, text=True, cwd=tmp_path, check=False)
+    assert told.returncode == 0 and f"JAX {jax.__version__}" in told.stdout, told.stdout
+    diffed = subprocess.run([sys.executable, "-m", "nbtrace", "diff", str(folder), str(tmp_path / "port"), "--json"],
+                            capture_output=True, text=True, cwd=tmp_path, check=False)
+    assert diffed.returncode == 0, diffed.stderr
+    assert json.loads(diffed.stdout)["verdict"] == "agree"
+
+
+def test_full_tensors_are_written_as_safetensors(tmp_path):
+    pair, params, jax_input, torch_input = _pair("vit", 1, "float32", None)
+    ntj.trace(pair.flax_model, params, jax_input, debug_path=tmp_path / "original", use_repr=False)
+    trace = nbtrace.load_trace(tmp_path / "original")
+    patches = trace["FlaxViT.patch_embed"].outputs.load()
+    assert isinstance(patches, torch.Tensor) and tuple(patches.shape) == (2, 4, 4, 32)
+    with nbtrace.trace(pair.torch_model, debug_path=tmp_path / "port", use_repr=False):
+        pair.torch_model(torch_input)
+    assert nbtrace.compare(tmp_path / "original", tmp_path / "port").verdict == "agree"
+
+
+def test_nothing_of_jax_is_left_changed(decoder_folder, tmp_path):
+    from jax._src import core, dtypes
+
+    _, _, pair = decoder_folder
+    bind, asked = core.Primitive.bind, dtypes.check_and_canonicalize_user_dtype
+    ntj.trace(pair.flax_model, pair.params, pair.input_ids_np, debug_path=tmp_path)
+    assert core.Primitive.bind is bind and dtypes.check_and_canonicalize_user_dtype is asked
+    assert not jax.config.jax_enable_x64
+    assert jnp.ones(2).astype(jnp.float32).dtype == jnp.float32
+
+
+def test_bad_inputs_are_named(tmp_path):
+    pair, params, jax_input, _ = _pair("decoder", 0, "float32", None)
+    with pytest.raises(ValueError, match="measure_rounding must be one of"):
+        ntj.trace(pair.flax_model, params, jax_input, debug_path=tmp_path, measure_rounding="sometimes")
+    with pytest.raises(TypeError, match="flax.linen Module"):
+        ntj.trace(pair.torch_model, params, jax_input, debug_path=tmp_path)
+
+
+_WITHOUT_TORCH = r"""
+import sys
+sys.modules["torch"] = None  # `import torch` raises ImportError from here on
+import jax
+from tests.models import flax_decoder
+import nbtrace.jax as ntj
+model = flax_decoder.FlaxDecoder(flax_decoder.DecoderConfig())
+ids = jax.numpy.asarray([[1, 2, 3, 4, 5, 6, 7], [7, 6, 5, 4, 3, 2, 1]], dtype="int32")
+params = {"params": model.init(jax.random.PRNGKey(0), ids)["params"]}
+ntj.trace(model, params, ids, debug_path=sys.argv[1])
+assert not any(name == "torch" or name.startswith("torch.") for name, m in sys.modules.items() if m is not None)
+print("traced without torch")
+"""
+
+
+def test_the_capture_runs_where_torch_cannot_be_imported(tmp_path):
+    folder = tmp_path / "original"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    done = subprocess.run([sys.executable, "-c", _WITHOUT_TORCH, str(folder)], capture_output=True, text=True,
+                          env=env, cwd=tmp_path, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "traced without torch" in done.stdout
+    config = flax_decoder_port.DecoderConfig()
+    model = flax_decoder_port.FlaxDecoder(config)
+    ids = np.asarray([[1, 2, 3, 4, 5, 6, 7], [7, 6, 5, 4, 3, 2, 1]], dtype=np.int32)
+    params = {"params": model.init(jax.random.PRNGKey(0), jnp.asarray(ids))["params"]}
+    port = flax_decoder_port.TorchDecoder(config, frozenset())
+    port.load_state_dict(flax_decoder_port.convert_decoder(params, config))
+    assert nbtrace.compare(folder, port.eval()).verdict == "agree"
+    broken = flax_decoder_port.TorchDecoder(config, frozenset({"norm_eps"}))
+    broken.load_state_dict(flax_decoder_port.convert_decoder(params, config))
+    assert _named(nbtrace.compare(folder, broken.eval())) == "layers.0.input_norm"
