@@ -9,7 +9,7 @@ from pathlib import Path
 import nbtrace
 
 PACKAGE = Path(nbtrace.__file__).parent
-LAYERS = ["core", "capture", "diff", "render", "notebook", "testing"]
+LAYERS = ["core", "capture", "diff", "render", "notebook", "testing", "jax"]
 # what each layer may import at module level (besides itself and errors.py)
 ALLOWED = {
     "core": set(),
@@ -18,6 +18,7 @@ ALLOWED = {
     "render": {"core", "diff"},
     "notebook": {"core", "capture", "diff", "render"},
     "testing": {"core", "capture", "diff", "render"},  # a port's test suite: the verdict, failed in words
+    "jax": {"core", "capture"},  # a Flax model's capture: capture's torch-free modules (numpy_print, write, prune)
 }
 MAX_LINES = 400
 
