@@ -27,8 +27,8 @@ from tests.models import flax_decoder_port, flax_vit
 ROOT = Path(__file__).resolve().parent.parent
 DECODER_BUGS = {"norm_eps": "layers.0.input_norm", "query_scale": "layers.0.attn", "rope_base": "layers.0.attn",
                 "swapped_gate_up": "layers.0.mlp", "transposed_kernel": "layers.0.attn.q_proj"}
-VIT_BUGS = {"gelu": "layers_0.mlp", "norm_eps": "layers_0.ln_1", "query_scale": "layers_0.attn",
-            "transposed_kernel": "layers_0.attn.query"}
+VIT_BUGS = {"gelu": "layers.0.mlp", "norm_eps": "layers.0.ln_1", "query_scale": "layers.0.attn",
+            "transposed_kernel": "layers.0.attn.query"}
 
 
 def _pair(family: str, seed: int, dtype: str, bug: str | None):
@@ -131,6 +131,13 @@ def test_views_and_the_cli_show_a_jax_trace_and_its_comparison(decoder_folder, t
 
     words = " ".join(numerics_words(comparison.a))
     assert f"JAX {jax.__version__}" in words and "eager" in words
+    view = nbtrace.TraceView(comparison)
+    assert "kv_proj" in view.payload and f"JAX {jax.__version__}" in view.payload
+    import matplotlib
+
+    matplotlib.use("Agg")
+    axes = nbtrace.plot_stats(comparison.a, compare=comparison.b)
+    assert axes.lines, "mean and std across layers drawn for the JAX trace beside the port's"
     from tests.test_html_file import blocks
 
     data = " ".join(blocks(nbtrace.save_html(comparison, tmp_path / "page.html").read_text(encoding="utf-8")).values())
@@ -209,3 +216,58 @@ def test_the_capture_runs_where_torch_cannot_be_imported(tmp_path):
     broken = flax_decoder_port.TorchDecoder(config, frozenset({"norm_eps"}))
     broken.load_state_dict(flax_decoder_port.convert_decoder(params, config))
     assert _named(nbtrace.compare(folder, broken.eval())) == "layers.0.input_norm"
+
+
+def test_calls_are_named_as_the_pytorch_capture_names_them(tmp_path):
+    import flax.linen as nn
+
+    class Block(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            return nn.LayerNorm(name="ln_2")(nn.LayerNorm(name="ln_1")(nn.Dense(4)(x)))
+
+    class Head(nn.Module):
+        def setup(self):
+            self.table = self.param("table", nn.initializers.normal(), (4, 3))
+
+        def project(self, x):
+            return x @ self.table
+
+    class Model(nn.Module):
+        def setup(self):
+            self.layers = [Block()]  # one item of a list attribute: Flax names it layers_0
+            self.head = Head()
+
+        def __call__(self, x):
+            for layer in self.layers:
+                x = layer(x)
+            for block in self.extra:  # a list attribute whose items the model names: a stack of two
+                x = block(x)
+            return self.head.project(x)
+
+    class Stacked(Model):
+        def setup(self):
+            super().setup()
+            self.extra = [Block(name=f"block_{i}") for i in range(2)]
+
+    model = Stacked()
+    x = np.ones((2, 4), np.float32)
+    variables = model.init(jax.random.PRNGKey(0), x)
+    trace = ntj.trace(model, variables, x, debug_path=tmp_path, do_prune_layers=False).trace
+    paths = [node.module_path for node in trace.nodes()]
+    assert paths == ["Stacked", "Stacked.layers.0", "Stacked.layers.0.Dense_0", "Stacked.layers.0.ln_1",
+                     "Stacked.layers.0.ln_2", "Stacked.block.0", "Stacked.block.0.Dense_0", "Stacked.block.0.ln_1",
+                     "Stacked.block.0.ln_2", "Stacked.block.1", "Stacked.block.1.Dense_0", "Stacked.block.1.ln_1",
+                     "Stacked.block.1.ln_2", "Stacked.head.project"]
+    assert set(trace.sidecar["parameters"]) >= {"Stacked.block.1.Dense_0", "Stacked.head", "Stacked.layers.0.ln_1"}
+    assert set(trace.sidecar["twin"]["calls"]) >= {"Stacked.block.1.ln_2", "Stacked.head.project"}
+
+
+def test_without_the_twin_a_jax_folder_says_what_would_decide(tmp_path):
+    pair, params, jax_input, torch_input = _pair("decoder", 2, "float32", "query_scale")
+    ntj.trace(pair.flax_model, params, jax_input, debug_path=tmp_path / "original", measure_rounding=False)
+    with nbtrace.trace(pair.torch_model, debug_path=tmp_path / "port", measure_rounding=False):
+        pair.torch_model(torch_input)
+    comparison = nbtrace.compare(tmp_path / "original", tmp_path / "port")
+    assert comparison.verdict == "unresolved" and "twin" in comparison.unresolved[1]
+    assert repr(comparison).endswith(": unresolved at FlaxDecoder.layers.0.attn.o_proj>")

@@ -338,8 +338,12 @@ class Comparison:
         return comparison_html(self)
 
     def __repr__(self) -> str:
-        verdict = "agree" if self.agree else "diverge" if self.first_divergence else "nothing compared"
+        verdict = self.verdict
+        if verdict == "unresolved" and self.compared == 0:
+            verdict = "nothing compared"
         where = f" at {self.first_divergence.module_path}" if self.first_divergence else ""
+        if verdict == "unresolved" and self.unresolved is not None:
+            where = f" at {self.unresolved[0]}"
         return f"<Comparison {self.a.model_name} vs {self.b.model_name}: {verdict}{where}>"
 
 

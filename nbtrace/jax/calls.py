@@ -24,6 +24,7 @@ class Call:
 
     path: str
     module: Any
+    scope: tuple[str, ...]
     method: str
     args: tuple
     kwargs: dict[str, Any]
@@ -52,15 +53,39 @@ class CallNames:
     def __init__(self, root: str) -> None:
         self.root = root
         self._items: dict[tuple[str, ...], bool] = {}  # scope path -> an item of a list attribute of its parent
+        self._classes: dict[tuple[str, ...], str] = {}
+
+    @staticmethod
+    def scope_of(module: Any) -> tuple[str, ...]:
+        scope = getattr(module, "scope", None)
+        return tuple(scope.path) if scope is not None else ()
 
     def path(self, module: Any, method: str) -> str:
         """The path of a call of ``method`` of the bound ``module``."""
-        scope = getattr(module, "scope", None)
-        scope_path = tuple(scope.path) if scope is not None else ()
+        scope_path = self.scope_of(module)
         if scope_path and scope_path not in self._items:
             self._items[scope_path] = _list_item(module)
+            self._classes[scope_path] = type(module).__name__
+        return self.call_path(scope_path, method)
+
+    def call_path(self, scope_path: tuple[str, ...], method: str) -> str:
         path = self.module_path(scope_path)
         return path if method == "__call__" else f"{path}.{method}"
+
+    def learn(self, top: Call) -> None:
+        """Mark the groups of siblings of one class named ``<prefix>_0``, ``<prefix>_1``, … (two or more, numbered
+        from 0 without a gap, a prefix other than the class's name) as layer stacks, and name every call of ``top``'s tree again."""
+        groups: dict[tuple, list[tuple[str, ...]]] = {}
+        for scope_path, cls in self._classes.items():
+            match = _LIST_ITEM.match(scope_path[-1])
+            if match and match.group(1) != cls:
+                groups.setdefault((scope_path[:-1], match.group(1), cls), []).append(scope_path)
+        for members in groups.values():
+            numbers = sorted(int(_LIST_ITEM.match(m[-1]).group(2)) for m in members)
+            if len(members) >= 2 and numbers == list(range(len(members))):  # 0, 1, …: not ln_1 and ln_2
+                self._items.update(dict.fromkeys(members, True))
+        for call in top.walk()[1:]:
+            call.path = self.call_path(call.scope, call.method)
 
     def module_path(self, scope_path: tuple[str, ...]) -> str:
         """The module path of a Flax scope path (also of a variable's collection keys, for ``parameters``)."""
@@ -91,9 +116,9 @@ class CallRecorder:
     ``on_return(call)`` sees each call once it returned.
     """
 
-    def __init__(self, root: str, on_call: Callable[[Call, Callable], Any] | None = None,
+    def __init__(self, root: str | CallNames, on_call: Callable[[Call, Callable], Any] | None = None,
                  on_return: Callable[[Call], None] | None = None) -> None:
-        self.names = CallNames(root)
+        self.names = root if isinstance(root, CallNames) else CallNames(root)
         self.top: Call | None = None
         self._stack: list[Call] = []
         self._counts: dict[str, int] = {}
@@ -107,7 +132,7 @@ class CallRecorder:
         path = self.names.root if self.top is None and not self._stack else self.names.path(module, method)
         index = self._counts.get(path, 0)
         self._counts[path] = index + 1
-        call = Call(path, module, method, tuple(args), dict(kwargs), index=index)
+        call = Call(path, module, self.names.scope_of(module), method, tuple(args), dict(kwargs), index=index)
         if self._stack:
             self._stack[-1].children.append(call)
         elif self.top is None:

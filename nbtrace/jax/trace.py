@@ -12,7 +12,7 @@ from ..capture.write import write_sidecar, write_trace_files
 from ..core.kept_inputs import INPUTS_SECTION, inputs_section_of_arrays
 from ..core.ranks import call_key
 from ..core.twin import TWIN_SECTION
-from .calls import Call, CallRecorder
+from .calls import Call, CallNames, CallRecorder
 from .fingerprint import fingerprint
 from .numerics import numerics_section
 from .parameters import parameters_section
@@ -57,12 +57,11 @@ def trace(model: Any, variables: Any, *args: Any, method: Any = None, debug_path
     folder = Path(debug_path) if debug_path is not None else Path.cwd()
     folder.mkdir(parents=True, exist_ok=True)
     valid = find_valid(args, kwargs) if twin_wanted else None
-    run_prints: dict[str, dict[str, list[float]]] = {}
+    outputs: dict[int, dict[str, list[float]]] = {}  # id(call) -> place -> the fingerprint of what it returned
 
     def note_run(call: Call) -> None:
         if twin_wanted:
-            key = call_key(call.path, call.index)
-            run_prints[key] = {place: fingerprint(a, valid) for place, a in float_leaves(call.out, "out")}
+            outputs[id(call)] = {place: fingerprint(a, valid) for place, a in float_leaves(call.out, "out")}
 
     recorder = CallRecorder(root, on_return=note_run)
     with jax.disable_jit(), nn.intercept_methods(recorder):
@@ -70,6 +69,8 @@ def trace(model: Any, variables: Any, *args: Any, method: Any = None, debug_path
     top = recorder.top
     if top is None:
         raise ValueError(f"{root}.apply made no call nbtrace could record (is {method!r} a method of the model?)")
+    recorder.names.learn(top)  # stacks of layers the whole forward shows; every call named again
+    run_prints = {call_key(call.path, call.index): outputs[id(call)] for call in top.walk() if id(call) in outputs}
 
     sections: dict[str, Any] = {"numerics": numerics_section(jit=False)}
     try:
@@ -81,7 +82,8 @@ def trace(model: Any, variables: Any, *args: Any, method: Any = None, debug_path
         prune_intermediate_layers(tree)
     prune_outputs_of_parents(tree)
     if twin_wanted:
-        sections[TWIN_SECTION] = _twin(model, variables, args, kwargs, method, root, valid, run_prints, tree)
+        sections[TWIN_SECTION] = _twin(model, variables, args, kwargs, method, recorder.names, valid, run_prints,
+                                       tree)
         if use_repr:
             kept = _input_arrays(args, kwargs)
             if kept:
@@ -138,7 +140,7 @@ def _serialize(node: dict[str, Any], serializer: Serializer) -> None:
         _serialize(child, serializer)
 
 
-def _twin(model: Any, variables: Any, args: tuple, kwargs: dict[str, Any], method: Any, root: str,
+def _twin(model: Any, variables: Any, args: tuple, kwargs: dict[str, Any], method: Any, root: CallNames,
           valid: Any, run_prints: dict[str, dict[str, list[float]]], tree: dict[str, Any]) -> dict[str, Any]:
     written = _call_names(tree)
     try:

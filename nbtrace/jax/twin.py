@@ -26,7 +26,7 @@ import numpy as np
 from ..capture.twin.signs import KEPT, LEFT_OUT, SUMS, SUMSQ
 from ..core.ranks import call_key
 from ..core.twin import TWIN_VERSION, TwinPrint
-from .calls import Call, CallRecorder
+from .calls import Call, CallNames, CallRecorder
 from .fingerprint import fingerprint
 from .values import float_leaves, tree_map_arrays
 from .widen import WidenState, widened
@@ -79,9 +79,10 @@ class TwinCalls:
         return out
 
 
-def run_twin(model: Any, variables: Any, args: tuple, kwargs: dict[str, Any], method: Any, root: str,
+def run_twin(model: Any, variables: Any, args: tuple, kwargs: dict[str, Any], method: Any, root: CallNames,
              valid: np.ndarray | None, perturb: bool = False) -> TwinCalls:
-    """One float64 run of ``model`` (``perturb``: its variables moved by one float64 rounding)."""
+    """One float64 run of ``model`` (``perturb``: its variables moved by one float64 rounding); ``root``: the
+    recorded forward's names, so the twin's calls are named as its calls."""
     import flax.linen as nn
     import jax
 
