@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..capture.twin.signs import CHUNK, SEED_S, SENTINEL, SUMS, chunk_signs, sign_sequence
+from ..capture.twin.signs import CHUNK, SEED_S, SENTINEL, SUMS, chunk_signs, sign_sequence, valid_shape
 
 _S = np.asarray(sign_sequence(SEED_S, CHUNK), dtype=np.float64)
 _W: list[np.ndarray] = [np.zeros(0)]
@@ -19,16 +19,9 @@ def _chunk_signs(chunks: int) -> np.ndarray:
 
 
 def valid_elements(x: np.ndarray, valid: np.ndarray | None) -> np.ndarray | None:
-    """``valid`` (``[batch, seq]``) broadcast over ``x`` when its first dimension is the batch and a later one the
-    sequence (the rule of the PyTorch capture); None otherwise."""
-    if valid is None or x.ndim < 2 or valid.ndim != 2 or x.shape[0] != valid.shape[0]:
-        return None
-    seq = next((d for d in range(1, x.ndim) if x.shape[d] == valid.shape[1]), None)
-    if seq is None:
-        return None
-    shape = [1] * x.ndim
-    shape[0], shape[seq] = valid.shape[0], valid.shape[1]
-    return valid.reshape(shape)
+    """``valid`` (``[batch, seq]``) broadcast over ``x`` (``signs.valid_shape``, the PyTorch capture's rule)."""
+    shape = valid_shape(x.shape, valid.shape) if valid is not None else None
+    return None if shape is None else valid.reshape(shape)
 
 
 def fingerprint(x: np.ndarray, valid: np.ndarray | None = None) -> list[float]:

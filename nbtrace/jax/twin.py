@@ -14,7 +14,6 @@ so ``constants`` is empty and ``sconst`` unmeasured.
 
 from __future__ import annotations
 
-import math
 import random
 import zlib
 from collections.abc import Callable
@@ -23,9 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from ..capture.twin.signs import KEPT, LEFT_OUT, SUMS, SUMSQ
+from ..capture.twin.print_numbers import sensitivity, twin_entry
+from ..capture.twin.signs import SUMS
 from ..core.ranks import call_key
-from ..core.twin import TWIN_VERSION, TwinPrint
+from ..core.twin import TWIN_VERSION
 from .calls import Call, CallNames, CallRecorder
 from .fingerprint import fingerprint
 from .values import float_leaves, tree_map_arrays
@@ -142,38 +142,10 @@ def twin_section(twin: TwinCalls | None, perturbed: TwinCalls | None, run: dict[
         entries = {}
         for place, (shape, values) in places.items():
             other = perturbed.prints.get(key, {}).get(place) if perturbed is not None else None
-            finite = all(math.isfinite(v) for v in values[:LEFT_OUT])
-            n = int(values[KEPT])
-            rms = math.sqrt(values[SUMSQ] / n) if n and finite else 0.0
-            sums = tuple(values[:SUMS]) if finite else (0.0,) * SUMS
-            left_out = int(values[LEFT_OUT]) if finite else max(int(values[LEFT_OUT]), 1)
-            acc, run_rms, run_out = _accumulated(values, run.get(key, {}).get(place))
-            entries[place] = TwinPrint(tuple(shape), sums, n, rms, left_out,
-                                       _distance(values, other[1] if other else None), None,
-                                       twin.low.get(key), acc, run_out, run_rms).to_dict()
+            entries[place] = twin_entry(shape, values, sensitivity(values, other[1] if other else None), None,
+                                        twin.low.get(key), run.get(key, {}).get(place))
         section["calls"][key] = entries
     return section
-
-
-def _distance(values: list[float], other: list[float] | None) -> float | None:
-    if other is None or values[KEPT] <= 0 or other[KEPT] != values[KEPT]:
-        return None
-    found = math.sqrt(sum((a - b) ** 2 for a, b in zip(values[:SUMS], other[:SUMS])) / values[KEPT])
-    return float(f"{found:.6g}") if math.isfinite(found) else None
-
-
-def _accumulated(twin: list[float], run: list[float] | None) -> tuple[float | None, float | None, int]:
-    """``(acc, run_rms, run_out)`` of the run's output against the twin's (as the PyTorch capture's)."""
-    if run is None:
-        return None, None, 0
-    finite = all(math.isfinite(v) for v in run[:LEFT_OUT])
-    run_out = int(run[LEFT_OUT]) if finite else max(int(run[LEFT_OUT]), 1)
-    extra = max(run_out - int(twin[LEFT_OUT]), 0)
-    if not finite or run[KEPT] != twin[KEPT] or twin[KEPT] <= 0:
-        return None, None, extra
-    delta = sum((a - b) ** 2 for a, b in zip(run[:SUMS], twin[:SUMS]))
-    size = math.sqrt(run[SUMSQ] / run[KEPT])
-    return float(f"{math.sqrt(delta / twin[KEPT]):.6g}"), float(f"{size:.9g}"), extra
 
 
 def padding_digest(valid: np.ndarray | None) -> str | None:

@@ -107,7 +107,7 @@ class TorchDecoder(torch.nn.Module):
     def __init__(self, config: DecoderConfig, bugs: frozenset[str] = frozenset()):
         super().__init__()
         bugs = frozenset(bugs)
-        _check_bugs(bugs, PORT_BUGS)
+        check_bugs(bugs, PORT_BUGS)
         c = config
         self.config, self.bugs = c, bugs
         self.embed_tokens = torch.nn.Embedding(c.vocab, c.hidden)
@@ -127,42 +127,43 @@ class TorchDecoder(torch.nn.Module):
 # ---------------------------------------------------------------- conversion and the pair
 
 
-def _check_bugs(bugs: frozenset[str], allowed: frozenset[str]) -> None:
+def check_bugs(bugs: frozenset[str], allowed: frozenset[str]) -> None:
+    """A clear error for a bug name the model does not plant."""
     unknown = set(bugs) - allowed
     if unknown:
         raise ValueError(f"unknown bugs {sorted(unknown)}; known: {sorted(allowed)}")
 
 
-def _t(array: Any) -> torch.Tensor:
+def float32_tensor(array: Any) -> torch.Tensor:
     return torch.from_numpy(np.array(array, dtype=np.float32))
 
 
 def convert_decoder(params: Any, config: DecoderConfig, bugs: frozenset[str] = frozenset()) -> dict[str, torch.Tensor]:
     """A float32 state_dict for ``TorchDecoder`` from the Flax params (``{"params": ...}`` or the inner tree)."""
     bugs = frozenset(bugs)
-    _check_bugs(bugs, CONVERSION_BUGS)
+    check_bugs(bugs, CONVERSION_BUGS)
     p = params.get("params", params)
     c = config
-    embedding = _t(p["embedder"]["embedding"])
+    embedding = float32_tensor(p["embedder"]["embedding"])
     sd = {"embed_tokens.weight": embedding, "lm_head.weight": embedding.clone(),
-          "norm.weight": _t(p["final_norm"]["scale"])}
+          "norm.weight": float32_tensor(p["final_norm"]["scale"])}
     for i in range(c.layers):
         layer, pre = p[f"layers_{i}"], f"layers.{i}."
         attn, mlp = layer["attn"], layer["mlp"]
-        q = _t(attn["q_proj"]["kernel"]).reshape(c.hidden, c.heads * c.head_dim)
+        q = float32_tensor(attn["q_proj"]["kernel"]).reshape(c.hidden, c.heads * c.head_dim)
         sd[pre + "self_attn.q_proj.weight"] = q if "transposed_kernel" in bugs else q.T
-        kv = _t(attn["kv_proj"]["kernel"])  # [D, 2, K, H]
+        kv = float32_tensor(attn["kv_proj"]["kernel"])  # [D, 2, K, H]
         sd[pre + "self_attn.k_proj.weight"] = kv[:, 0].reshape(c.hidden, -1).T
         sd[pre + "self_attn.v_proj.weight"] = kv[:, 1].reshape(c.hidden, -1).T
-        sd[pre + "self_attn.o_proj.weight"] = _t(attn["o_proj"]["kernel"]).reshape(-1, c.hidden).T
-        gate, up = _t(mlp["gate_up"]["kernel"]).split(c.intermediate, dim=1)
+        sd[pre + "self_attn.o_proj.weight"] = float32_tensor(attn["o_proj"]["kernel"]).reshape(-1, c.hidden).T
+        gate, up = float32_tensor(mlp["gate_up"]["kernel"]).split(c.intermediate, dim=1)
         if "swapped_gate_up" in bugs:
             gate, up = up, gate
         sd[pre + "mlp.gate_proj.weight"] = gate.T
         sd[pre + "mlp.up_proj.weight"] = up.T
-        sd[pre + "mlp.down_proj.weight"] = _t(mlp["down"]["kernel"]).T
-        sd[pre + "input_layernorm.weight"] = _t(layer["input_norm"]["scale"])
-        sd[pre + "post_attention_layernorm.weight"] = _t(layer["post_norm"]["scale"])
+        sd[pre + "mlp.down_proj.weight"] = float32_tensor(mlp["down"]["kernel"]).T
+        sd[pre + "input_layernorm.weight"] = float32_tensor(layer["input_norm"]["scale"])
+        sd[pre + "post_attention_layernorm.weight"] = float32_tensor(layer["post_norm"]["scale"])
     return {k: v.contiguous() for k, v in sd.items()}
 
 
@@ -180,7 +181,7 @@ def make_decoder_pair(seed: int = 0, dtype: str = "float32", bugs: frozenset[str
     """The Flax original (computing in ``dtype``, float32 params) and its converted port (in ``dtype``), with
     seeded token ids. ``bugs`` may mix port and conversion bugs."""
     bugs = frozenset(bugs)
-    _check_bugs(bugs, BUGS)
+    check_bugs(bugs, BUGS)
     config = replace(config or DecoderConfig(), dtype=dtype)
     flax_model = FlaxDecoder(config, dtype=jnp.dtype(dtype), param_dtype=jnp.float32)
     ids = np.random.RandomState(seed).randint(0, config.vocab, size=(batch, seq)).astype(np.int32)

@@ -26,6 +26,9 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
+from .flax_decoder_port import check_bugs as _check_bugs
+from .flax_decoder_port import float32_tensor as _t
+
 PORT_BUGS = frozenset({"gelu", "norm_eps", "query_scale"})
 CONVERSION_BUGS = frozenset({"transposed_kernel"})
 BUGS = PORT_BUGS | CONVERSION_BUGS
@@ -194,16 +197,6 @@ class TorchViT(torch.nn.Module):
 
 
 # ---------------------------------------------------------------- conversion and the pair
-
-
-def _check_bugs(bugs: frozenset[str], allowed: frozenset[str]) -> None:
-    unknown = set(bugs) - allowed
-    if unknown:
-        raise ValueError(f"unknown bugs {sorted(unknown)}; known: {sorted(allowed)}")
-
-
-def _t(array: Any) -> torch.Tensor:
-    return torch.from_numpy(np.array(array, dtype=np.float32))
 
 
 def convert_vit(params: Any, config: ViTConfig, bugs: frozenset[str] = frozenset()) -> dict[str, torch.Tensor]:

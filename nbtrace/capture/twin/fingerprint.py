@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from .signs import CHUNK, SEED_S, SENTINEL, SUMS, chunk_signs, sign_sequence
+from .signs import CHUNK, SEED_S, SENTINEL, SUMS, chunk_signs, sign_sequence, valid_shape
 
 _S: dict[torch.device, torch.Tensor] = {}
 _W: dict[torch.device, torch.Tensor] = {}
@@ -38,15 +38,10 @@ def _signs(device: torch.device, chunks: int) -> tuple[torch.Tensor, torch.Tenso
 
 
 def valid_elements(x: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor | None:
-    """Where ``x`` holds real tokens: ``valid`` (``[batch, seq]``) broadcast over ``x`` when its first dimension
-    is the batch and a later one the sequence; None when ``x`` has no such dimensions."""
-    if valid is None or x.ndim < 2 or valid.ndim != 2 or x.shape[0] != valid.shape[0]:
+    """Where ``x`` holds real tokens: ``valid`` (``[batch, seq]``) broadcast over ``x`` (``signs.valid_shape``)."""
+    shape = valid_shape(tuple(x.shape), tuple(valid.shape)) if valid is not None else None
+    if shape is None:
         return None
-    seq = next((d for d in range(1, x.ndim) if x.shape[d] == valid.shape[1]), None)
-    if seq is None:
-        return None
-    shape = [1] * x.ndim
-    shape[0], shape[seq] = valid.shape[0], valid.shape[1]
     return (valid if valid.device == x.device else valid.to(x.device)).reshape(shape)
 
 

@@ -13,7 +13,6 @@ exception: measuring never costs the user their forward.
 
 from __future__ import annotations
 
-import math
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,12 +22,12 @@ import torch
 from torch import nn
 
 from ...core.ranks import call_key
-from ...core.twin import SUMS, TWIN_VERSION, TwinPrint
+from ...core.twin import SUMS, TWIN_VERSION
 from ..rounding_numbers import float_leaves
-from .fingerprint import fingerprint
 from ..transfer import to_host_many
-from .signs import KEPT, LEFT_OUT, SUMSQ
+from .fingerprint import fingerprint
 from .forward import constants_digest, digest_text, find_valid, twin_runs
+from .print_numbers import sensitivity, twin_entry
 from .state import CarriedState
 from .values import remember, upcast
 
@@ -176,57 +175,18 @@ class TwinRecorder:
                 continue
             places = {}
             for place, slot in slots.items():
+                perturbed = {kind: numbers.perturbed.get(kind, {}).get(key, {}).get(place)
+                             for kind in ("float64", "constants")}
                 values = slot.values()
-                shape = numbers.shapes[key][place]
-                sensitivities = [_sensitivity(values, numbers.perturbed.get(kind, {}).get(key, {}).get(place))
-                                 for kind in ("float64", "constants")]
-                if "constants" not in numbers.perturbed:
-                    sensitivities[1] = None
-                kept = int(values[KEPT])
-                finite = all(math.isfinite(v) for v in values[:LEFT_OUT])  # a +inf: the sums cannot be used
-                rms = math.sqrt(values[SUMSQ] / kept) if kept and finite else 0.0
-                sums = _array(values[:SUMS]) if finite else (0.0,) * SUMS
-                left_out = int(values[LEFT_OUT]) if finite else max(int(values[LEFT_OUT]), 1)
-                acc, run_rms, run_out = _accumulated(values, numbers.run.get(key, {}).get(place))
-                entry = TwinPrint(shape, sums, kept, rms, left_out,
-                                  sensitivities[0], sensitivities[1], numbers.low.get(key), acc, run_out, run_rms)
-                places[place] = entry.to_dict()
+                run = numbers.run.get(key, {}).get(place)
+                places[place] = twin_entry(
+                    numbers.shapes[key][place], values,
+                    sensitivity(values, perturbed["float64"].values() if perturbed["float64"] else None),
+                    sensitivity(values, perturbed["constants"].values() if perturbed["constants"] else None)
+                    if "constants" in numbers.perturbed else None,
+                    numbers.low.get(key), run.values() if run is not None else None)
             section["calls"][key] = places
         return section
-
-
-def _sensitivity(values: list[float], perturbed: Slot | None) -> float | None:
-    """The RMS by which a perturbed run moved one tensor, from the two fingerprints (None: not seen)."""
-    if perturbed is None:
-        return None
-    other = perturbed.values()
-    kept = values[KEPT]
-    if kept <= 0 or other[KEPT] != kept:
-        return None
-    delta = sum((a - b) ** 2 for a, b in zip(values[:SUMS], other[:SUMS]))
-    found = math.sqrt(delta / kept)
-    return float(f"{found:.6g}") if math.isfinite(found) else None
-
-
-def _accumulated(twin: list[float], run: Slot | None) -> tuple[float | None, float | None, int]:
-    """``(acc, run_rms, run_out)``: the RMS of the run's output against the twin's and the RMS of the run's output
-    itself (None: not measured), and how many of the run's values were left out (NaN, inf, sentinels) beyond the
-    twin's."""
-    if run is None:
-        return None, None, 0
-    values = run.values()
-    finite = all(math.isfinite(v) for v in values[:LEFT_OUT])
-    run_out = int(values[LEFT_OUT]) if finite else max(int(values[LEFT_OUT]), 1)
-    extra = max(run_out - int(twin[LEFT_OUT]), 0)
-    if not finite or values[KEPT] != twin[KEPT] or twin[KEPT] <= 0:
-        return None, None, extra
-    delta = sum((a - b) ** 2 for a, b in zip(values[:SUMS], twin[:SUMS]))
-    size = math.sqrt(values[SUMSQ] / values[KEPT])
-    return float(f"{math.sqrt(delta / twin[KEPT]):.6g}"), float(f"{size:.9g}"), extra
-
-
-def _array(values: list[float]) -> tuple[float, ...]:
-    return tuple(float(v) for v in values)
 
 
 def _call_names(root: dict[str, Any]) -> list[str]:

@@ -27,3 +27,16 @@ def chunk_signs(chunks: int) -> list[float]:
     """The sign ``W[c]`` of each of the first ``chunks`` chunks (whole blocks of ``SIGN_BLOCK``, one seed each)."""
     blocks = -(-chunks // SIGN_BLOCK)
     return [v for k in range(blocks) for v in sign_sequence(SEED_W + k, SIGN_BLOCK)]
+
+
+def valid_shape(shape: tuple[int, ...], valid: tuple[int, ...]) -> list[int] | None:
+    """The shape the ``(batch, seq)`` padding mask takes to broadcast over a tensor of ``shape``: when its first
+    dimension is the batch and a later one the sequence; None when it has no such dimensions."""
+    if len(shape) < 2 or len(valid) != 2 or shape[0] != valid[0]:
+        return None
+    seq = next((d for d in range(1, len(shape)) if shape[d] == valid[1]), None)
+    if seq is None:
+        return None
+    out = [1] * len(shape)
+    out[0], out[seq] = valid[0], valid[1]
+    return out

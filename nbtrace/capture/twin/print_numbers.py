@@ -1,0 +1,49 @@
+"""From a fingerprint's numbers (``signs.WIDTH`` floats) to the sidecar's entry of one tensor: torch-free, the one
+home of this arithmetic for the PyTorch capture (``record.py``) and the JAX capture (``nbtrace/jax/twin.py``)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from ...core.twin import TwinPrint
+from .signs import KEPT, LEFT_OUT, SUMS, SUMSQ
+
+
+def sensitivity(values: Sequence[float], perturbed: Sequence[float] | None) -> float | None:
+    """The RMS by which a perturbed run moved one tensor, from the two fingerprints (None: not seen)."""
+    if perturbed is None:
+        return None
+    kept = values[KEPT]
+    if kept <= 0 or perturbed[KEPT] != kept:
+        return None
+    found = math.sqrt(sum((a - b) ** 2 for a, b in zip(values[:SUMS], perturbed[:SUMS])) / kept)
+    return float(f"{found:.6g}") if math.isfinite(found) else None
+
+
+def accumulated(twin: Sequence[float], run: Sequence[float] | None) -> tuple[float | None, float | None, int]:
+    """``(acc, run_rms, run_out)``: the RMS of the run's output against the twin's and the RMS of the run's output
+    itself (None: not measured), and how many of the run's values were left out (NaN, inf, sentinels) beyond the
+    twin's."""
+    if run is None:
+        return None, None, 0
+    finite = all(math.isfinite(v) for v in run[:LEFT_OUT])
+    run_out = int(run[LEFT_OUT]) if finite else max(int(run[LEFT_OUT]), 1)
+    extra = max(run_out - int(twin[LEFT_OUT]), 0)
+    if not finite or run[KEPT] != twin[KEPT] or twin[KEPT] <= 0:
+        return None, None, extra
+    delta = sum((a - b) ** 2 for a, b in zip(run[:SUMS], twin[:SUMS]))
+    size = math.sqrt(run[SUMSQ] / run[KEPT])
+    return float(f"{math.sqrt(delta / twin[KEPT]):.6g}"), float(f"{size:.9g}"), extra
+
+
+def twin_entry(shape: Sequence[int], values: Sequence[float], s64: float | None, sconst: float | None,
+               low: str | None, run: Sequence[float] | None) -> dict:
+    """The sidecar's entry of one float tensor of the twin (``core/twin.py``'s ``TwinPrint.to_dict``)."""
+    kept = int(values[KEPT])
+    finite = all(math.isfinite(v) for v in values[:LEFT_OUT])  # a +inf: the sums cannot be used
+    rms = math.sqrt(values[SUMSQ] / kept) if kept and finite else 0.0
+    sums = tuple(float(v) for v in values[:SUMS]) if finite else (0.0,) * SUMS
+    left_out = int(values[LEFT_OUT]) if finite else max(int(values[LEFT_OUT]), 1)
+    acc, run_rms, run_out = accumulated(values, run)
+    return TwinPrint(tuple(shape), sums, kept, rms, left_out, s64, sconst, low, acc, run_out, run_rms).to_dict()
