@@ -271,3 +271,29 @@ def test_without_the_twin_a_jax_folder_says_what_would_decide(tmp_path):
     comparison = nbtrace.compare(tmp_path / "original", tmp_path / "port")
     assert comparison.verdict == "unresolved" and "twin" in comparison.unresolved[1]
     assert repr(comparison).endswith(": unresolved at FlaxDecoder.layers.0.attn.o_proj>")
+
+
+def test_a_rematerialised_stack_is_recorded_and_a_vmapped_call_is_said_not_recorded(tmp_path):
+    import flax.linen as nn
+
+    class Block(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            return x + nn.Dense(4)(nn.LayerNorm()(x))
+
+    class Model(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            for i in range(2):
+                x = nn.remat(Block)(name=f"layers_{i}")(x)
+            x = nn.vmap(Block, variable_axes={"params": None}, split_rngs={"params": False})(name="per_row")(x)
+            return nn.Dense(3)(x)
+
+    x = np.random.RandomState(0).randn(2, 4).astype(np.float32)
+    model = Model()
+    trace = ntj.trace(model, model.init(jax.random.PRNGKey(0), x), x, debug_path=tmp_path).trace
+    paths = [node.module_path for node in trace.nodes()]
+    assert paths[:4] == ["Model", "Model.layers.0", "Model.layers.0.LayerNorm_0", "Model.layers.0.Dense_0"]
+    assert trace["Model.layers.1.Dense_0"].outputs.std > 0  # remat ran as it is: values recorded
+    inside = trace["Model.per_row.Dense_0"].outputs
+    assert isinstance(inside, str) and "traced by a JAX transform" in inside

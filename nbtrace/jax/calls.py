@@ -44,7 +44,7 @@ class Call:
 
 
 def is_recorded_method(name: str) -> bool:
-    return name == "__call__" or not (name.startswith("_") or name == "setup")
+    return name == "__call__" or (name.isidentifier() and not name.startswith("_") and name != "setup")
 
 
 class CallNames:

@@ -24,7 +24,21 @@ def is_array(value: Any) -> bool:
     """A JAX array (concrete) or a numpy array."""
     if isinstance(value, np.ndarray):
         return True
-    return type(value).__module__.startswith("jax") and hasattr(value, "__array__") and hasattr(value, "dtype")
+    return type(value).__module__.startswith("jax") and hasattr(value, "__array__") and hasattr(value, "dtype") \
+        and not is_traced(value)
+
+
+def is_traced(value: Any) -> bool:
+    """A tracer: the value of a call that a JAX transform inside the model (``nn.vmap``, ``nn.jit``) traced."""
+    from jax.core import Tracer
+
+    return isinstance(value, Tracer)
+
+
+def traced_text(value: Any) -> str:
+    shape = "x".join(map(str, getattr(value, "shape", ()))) or "scalar"
+    return (f"<{getattr(value, 'dtype', '?')} {shape}: traced by a JAX transform inside the model (vmap, jit), "
+            "not recorded>")
 
 
 def host(value: Any) -> np.ndarray:
@@ -54,6 +68,8 @@ class Serializer:
     def _value(self, value: Any, name: str | None) -> Any:
         if is_array(value):
             return self.array(host(value), name)
+        if is_traced(value):
+            return traced_text(value)
         if isinstance(value, (list, tuple)):
             return [self._value(item, None if name is None else f"{name}_{i}") for i, item in enumerate(value)]
         if isinstance(value, dict) or _is_mapping(value):

@@ -18,7 +18,7 @@ from .numerics import numerics_section
 from .parameters import parameters_section
 from .serialize import Serializer, host, is_array, remove_files
 from .twin import find_valid, padding_digest, run_twin, twin_section
-from .values import float_leaves
+from .values import eager_remat, float_leaves
 
 MEASURE_MODES = ("auto", "twin", True, False)
 _MAX_INPUT_BYTES = 16 * 2**20
@@ -42,8 +42,10 @@ def trace(model: Any, variables: Any, *args: Any, method: Any = None, debug_path
     ``use_repr=False``, nbtrace's sidecar), into ``debug_path`` (the working folder when None). Every call of every
     module method is recorded (``calls.py`` says how calls are named). ``measure_rounding`` ("auto", "twin" or
     True: the float64 twin, ``twin.py``; False: none) lets ``nbtrace.compare`` judge the trace against a port's.
-    The model runs under ``jax.disable_jit()`` (a jitted function inside it runs eagerly too); nothing of JAX's
-    configuration is left changed. Needs jax, flax, numpy and safetensors; not torch.
+    The model runs under ``jax.disable_jit()`` (a jitted function inside it runs eagerly too) and with
+    ``nn.remat``/``jax.checkpoint`` running their function as it is (they change what a backward pass keeps, not
+    a forward's values); values a transform inside the model still traces (``nn.vmap``) are recorded as text
+    without values. Nothing of JAX's configuration is left changed. Needs jax, flax, numpy and safetensors; not torch.
     """
     import flax.linen as nn
     import jax
@@ -64,7 +66,7 @@ def trace(model: Any, variables: Any, *args: Any, method: Any = None, debug_path
             outputs[id(call)] = {place: fingerprint(a, valid) for place, a in float_leaves(call.out, "out")}
 
     recorder = CallRecorder(root, on_return=note_run)
-    with jax.disable_jit(), nn.intercept_methods(recorder):
+    with jax.disable_jit(), eager_remat(), nn.intercept_methods(recorder):
         output = model.apply(variables, *args, method=method, **kwargs)
     top = recorder.top
     if top is None:

@@ -28,7 +28,7 @@ from ..core.ranks import call_key
 from ..core.twin import TWIN_VERSION
 from .calls import Call, CallNames, CallRecorder
 from .fingerprint import fingerprint
-from .values import float_leaves, tree_map_arrays
+from .values import eager_remat, float_leaves, tree_map_arrays
 from .widen import WidenState, widened
 
 _NOISE_LENGTH = 65521
@@ -90,6 +90,7 @@ def run_twin(model: Any, variables: Any, args: tuple, kwargs: dict[str, Any], me
     with ExitStack() as stack:
         stack.enter_context(jax.enable_x64(True))
         stack.enter_context(jax.disable_jit())
+        stack.enter_context(eager_remat())
         stack.enter_context(jax.default_matmul_precision("highest"))
         wide_vars = tree_map_arrays(variables, _widen, with_path=True)
         if perturb:
