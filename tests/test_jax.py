@@ -297,3 +297,14 @@ def test_a_rematerialised_stack_is_recorded_and_a_vmapped_call_is_said_not_recor
     assert trace["Model.layers.1.Dense_0"].outputs.std > 0  # remat ran as it is: values recorded
     inside = trace["Model.per_row.Dense_0"].outputs
     assert isinstance(inside, str) and "traced by a JAX transform" in inside
+
+
+def test_auto_leaves_the_twin_out_where_its_float64_copy_does_not_fit(tmp_path, monkeypatch):
+    from nbtrace.capture.twin import host_memory
+
+    pair, params, jax_input, _ = _pair("decoder", 0, "float32", None)
+    monkeypatch.setattr(host_memory, "available_host_memory", lambda: 4096)
+    twin = ntj.trace(pair.flax_model, params, jax_input, debug_path=tmp_path / "auto").trace.sidecar["twin"]
+    assert twin["calls"] == {} and "more than half the" in twin["skipped"]
+    forced = ntj.trace(pair.flax_model, params, jax_input, debug_path=tmp_path / "forced", measure_rounding="twin")
+    assert forced.trace.sidecar["twin"]["calls"]

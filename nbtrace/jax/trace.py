@@ -17,7 +17,7 @@ from .fingerprint import fingerprint
 from .numerics import numerics_section
 from .parameters import parameters_section
 from .serialize import Serializer, host, is_array, remove_files
-from .twin import find_valid, padding_digest, run_twin, twin_section
+from .twin import find_valid, padding_digest, run_twin, twin_section, twin_unfit
 from .values import eager_remat, float_leaves
 
 MEASURE_MODES = ("auto", "twin", True, False)
@@ -40,8 +40,9 @@ def trace(model: Any, variables: Any, *args: Any, method: Any = None, debug_path
 
     The files are those of ``nbtrace.trace`` for a PyTorch model (transformers' debugger files, safetensors with
     ``use_repr=False``, nbtrace's sidecar), into ``debug_path`` (the working folder when None). Every call of every
-    module method is recorded (``calls.py`` says how calls are named). ``measure_rounding`` ("auto", "twin" or
-    True: the float64 twin, ``twin.py``; False: none) lets ``nbtrace.compare`` judge the trace against a port's.
+    module method is recorded (``calls.py`` says how calls are named). ``measure_rounding`` ("auto": the float64
+    twin, ``twin.py``, where its float64 copy of the variables takes at most half the free memory; "twin" or True:
+    always; False: none) lets ``nbtrace.compare`` judge the trace against a port's.
     The model runs under ``jax.disable_jit()`` (a jitted function inside it runs eagerly too) and with
     ``nn.remat``/``jax.checkpoint`` running their function as it is (they change what a backward pass keeps, not
     a forward's values); values a transform inside the model still traces (``nn.vmap``) are recorded as text
@@ -55,6 +56,7 @@ def trace(model: Any, variables: Any, *args: Any, method: Any = None, debug_path
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a flax.linen Module, got {type(model).__name__}")
     twin_wanted = measure_rounding is not False
+    unfit = twin_unfit(variables) if measure_rounding == "auto" else None
     root = type(model).__name__
     folder = Path(debug_path) if debug_path is not None else Path.cwd()
     folder.mkdir(parents=True, exist_ok=True)
@@ -85,7 +87,7 @@ def trace(model: Any, variables: Any, *args: Any, method: Any = None, debug_path
     prune_outputs_of_parents(tree)
     if twin_wanted:
         sections[TWIN_SECTION] = _twin(model, variables, args, kwargs, method, recorder.names, valid, run_prints,
-                                       tree)
+                                       tree, unfit)
         if use_repr:
             kept = _input_arrays(args, kwargs)
             if kept:
@@ -143,8 +145,11 @@ def _serialize(node: dict[str, Any], serializer: Serializer) -> None:
 
 
 def _twin(model: Any, variables: Any, args: tuple, kwargs: dict[str, Any], method: Any, root: CallNames,
-          valid: Any, run_prints: dict[str, dict[str, list[float]]], tree: dict[str, Any]) -> dict[str, Any]:
+          valid: Any, run_prints: dict[str, dict[str, list[float]]], tree: dict[str, Any],
+          unfit: str | None) -> dict[str, Any]:
     written = _call_names(tree)
+    if unfit is not None:
+        return twin_section(None, None, {}, written, None, f"not recorded: {unfit}")
     try:
         twin = run_twin(model, variables, args, kwargs, method, root, valid)
         perturbed = run_twin(model, variables, args, kwargs, method, root, valid, perturb=True)

@@ -149,6 +149,27 @@ def twin_section(twin: TwinCalls | None, perturbed: TwinCalls | None, run: dict[
     return section
 
 
+def twin_unfit(variables: Any) -> str | None:
+    """Why the twin is not recorded by default (``measure_rounding="auto"``): its float64 copy of the variables
+    would take more than half the memory free where they live (the host's for the CPU backend, the device's
+    ``memory_stats`` elsewhere); None when it fits or free memory cannot be told."""
+    import jax
+
+    from ..capture.twin.budget import SHARE
+    from ..capture.twin.host_memory import available_host_memory
+
+    needed = sum(8 * a.size for _, a in float_leaves(variables))
+    if jax.default_backend() == "cpu":
+        free = available_host_memory()
+    else:
+        stats = jax.devices()[0].memory_stats() or {}
+        free = stats.get("bytes_limit", 0) - stats.get("bytes_in_use", 0) if "bytes_limit" in stats else None
+    if free is not None and needed > SHARE * free:
+        return (f"its float64 copy needs {needed / 2**30:.1f} GiB on {jax.default_backend()}, more than half the "
+                f"{free / 2**30:.1f} GiB free")
+    return None
+
+
 def padding_digest(valid: np.ndarray | None) -> str | None:
     """The padding mask's shape and two sums of it, written as the PyTorch capture writes them."""
     if valid is None:

@@ -15,6 +15,8 @@ from itertools import chain
 import torch
 from torch import nn
 
+from .host_memory import available_host_memory
+
 SHARE = 0.5  # of the free memory the float64 copy may take
 
 
@@ -38,13 +40,7 @@ def free_memory(device: torch.device) -> int | None:
         except (RuntimeError, AssertionError):
             return None
     if device.type == "cpu":
-        try:
-            with open("/proc/meminfo", encoding="ascii") as handle:
-                for line in handle:
-                    if line.startswith("MemAvailable:"):
-                        return int(line.split()[1]) * 1024
-        except (OSError, ValueError, IndexError):
-            return None
+        return available_host_memory()
     return None
 
 
