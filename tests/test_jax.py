@@ -308,3 +308,26 @@ def test_auto_leaves_the_twin_out_where_its_float64_copy_does_not_fit(tmp_path, 
     assert twin["calls"] == {} and "more than half the" in twin["skipped"]
     forced = ntj.trace(pair.flax_model, params, jax_input, debug_path=tmp_path / "forced", measure_rounding="twin")
     assert forced.trace.sidecar["twin"]["calls"]
+
+
+@pytest.mark.parametrize(("bug", "named"), [(None, None), ("swapped_gate_up", "layers.0.mlp"),
+                                            ("rms_norm_eps", "layers.0.input_norm"), ("rope_theta", "layers.0.attn")])
+def test_transformers_llama_as_the_port_of_the_flax_original(tmp_path, bug, named):
+    """A port written by other people: transformers' LlamaForCausalLM, the Flax decoder's weights converted into it,
+    a bug in the conversion or in the port's config."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    pair = flax_decoder_port.make_decoder_pair(seed=8)
+    config = pair.config
+    port = LlamaForCausalLM(LlamaConfig(
+        vocab_size=config.vocab, hidden_size=config.hidden, intermediate_size=config.intermediate,
+        num_hidden_layers=config.layers, num_attention_heads=config.heads, num_key_value_heads=config.kv_heads,
+        head_dim=config.head_dim, rms_norm_eps=1e-5 if bug == "rms_norm_eps" else config.eps,
+        rope_theta=500000.0 if bug == "rope_theta" else config.rope_base, tie_word_embeddings=False,
+        attn_implementation="eager"))
+    weights = flax_decoder_port.convert_decoder(pair.params, config, frozenset({bug}) & flax_decoder_port.BUGS)
+    port.load_state_dict({(k if k.startswith("lm_head") else f"model.{k}"): v for k, v in weights.items()})
+    ntj.trace(pair.flax_model, pair.params, pair.input_ids_np, debug_path=tmp_path / "original")
+    comparison = nbtrace.compare(tmp_path / "original", port.eval())
+    assert _named(comparison) == named, comparison.first_divergence
+    assert comparison.verdict == ("agree" if bug is None else "diverge")
