@@ -87,7 +87,12 @@ def _show(args: argparse.Namespace) -> int:
     from .render.text import format_tree
 
     if args.step is None and not holds_several_forwards(args.path, args.rank):
-        say(format_tree(load_trace(args.path, rank=args.rank), max_depth=args.depth, contains=args.filter))
+        trace = load_trace(args.path, rank=args.rank)
+        say(format_tree(trace, max_depth=args.depth, contains=args.filter))
+        if trace.numerics.get("framework") == "jax":  # a trace not of torch says which framework computed it
+            from .render.numerics_words import numerics_words
+
+            say("\n(" + "; ".join(numerics_words(trace)) + ")")
         return 0
     forwards = forward_sources(args.path, rank=args.rank)
     step = len(forwards) - 1 if args.step is None else args.step

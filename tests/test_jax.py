@@ -145,6 +145,7 @@ def test_views_and_the_cli_show_a_jax_trace_and_its_comparison(decoder_folder, t
     shown = subprocess.run([sys.executable, "-m", "nbtrace", "show", str(folder)], capture_output=True, text=True,
                            cwd=tmp_path, check=True)
     assert "kv_proj" in shown.stdout and "embedder.decode" in shown.stdout
+    assert f"(JAX {jax.__version__} (cpu), flax" in shown.stdout
     told = subprocess.run([sys.executable, "-m", "nbtrace", "diff", str(folder), str(tmp_path / "port")],
                           capture_output=True, text=True, cwd=tmp_path, check=False)
     assert told.returncode == 0 and f"JAX {jax.__version__}" in told.stdout, told.stdout
