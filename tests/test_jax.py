@@ -332,3 +332,23 @@ def test_transformers_llama_as_the_port_of_the_flax_original(tmp_path, bug, name
     comparison = nbtrace.compare(tmp_path / "original", port.eval())
     assert _named(comparison) == named, comparison.first_divergence
     assert comparison.verdict == ("agree" if bug is None else "diverge")
+
+
+def test_a_forward_that_raises_leaves_the_trace_of_what_ran(tmp_path):
+    import flax.linen as nn
+
+    class Fails(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            x = nn.Dense(4, name="first")(x)
+            return nn.Dense(4, name="second")(x.reshape(3, -1))  # 8 values do not make rows of 3
+
+    x = np.random.RandomState(0).randn(2, 4).astype(np.float32)
+    model = Fails()
+    variables = {"params": {"first": {"kernel": np.ones((4, 4), np.float32), "bias": np.zeros(4, np.float32)}}}
+    with pytest.raises(TypeError, match="reshape"):
+        ntj.trace(model, variables, x, debug_path=tmp_path)
+    trace = nbtrace.load_trace(tmp_path)
+    assert [n.module_path for n in trace.nodes()] == ["Fails", "Fails.first"]
+    assert trace["Fails.first"].outputs.shape == (2, 4)
+    assert "reshape" in trace.root.error["message"]

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from .serialize import sanitize
+from .repr_text import error_record  # noqa: F401 - the format's error field, named here for the recorder
 
-_MAX_ERROR_MESSAGE = 2000
 any_autocast = getattr(torch._C, "_is_any_autocast_enabled", lambda: False)
 _AUTOCAST_DEVICES = ("cuda", "cpu", "xpu", "mps", "hpu")
 
@@ -23,13 +22,3 @@ def autocast_state() -> tuple[str, torch.dtype] | None:
         except (RuntimeError, TypeError):  # a device type this torch does not know
             continue
     return None
-
-
-def error_record(exc: BaseException) -> dict[str, str]:
-    """The ``error`` field of a call that raised: exception type and message."""
-    kind = type(exc)
-    name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
-    message = sanitize(str(exc))
-    if len(message) > _MAX_ERROR_MESSAGE:
-        message = message[:_MAX_ERROR_MESSAGE] + "…"
-    return {"type": name, "message": message}

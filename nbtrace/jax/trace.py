@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..capture.prune import prune_intermediate_layers, prune_outputs_of_parents
+from ..capture.repr_text import error_record
 from ..capture.write import write_sidecar, write_trace_files
 from ..core.kept_inputs import INPUTS_SECTION, inputs_section_of_arrays
 from ..core.ranks import call_key
@@ -43,7 +44,8 @@ def trace(model: Any, variables: Any, *args: Any, method: Any = None, debug_path
     module method is recorded (``calls.py`` says how calls are named). ``measure_rounding`` ("auto": the float64
     twin, ``twin.py``, where its float64 copy of the variables takes at most half the free memory; "twin" or True:
     always; False: none) lets ``nbtrace.compare`` judge the trace against a port's.
-    The model runs under ``jax.disable_jit()`` (a jitted function inside it runs eagerly too) and with
+    When the model raises, the trace of what ran is written, the calls that raised marked with the error (the
+    format's ``error`` field), and the error raised. The model runs under ``jax.disable_jit()`` (a jitted function inside it runs eagerly too) and with
     ``nn.remat``/``jax.checkpoint`` running their function as it is (they change what a backward pass keeps, not
     a forward's values); values a transform inside the model still traces (``nn.vmap``) are recorded as text
     without values. Nothing of JAX's configuration is left changed. Needs jax, flax, numpy and safetensors; not torch.
@@ -68,8 +70,15 @@ def trace(model: Any, variables: Any, *args: Any, method: Any = None, debug_path
             outputs[id(call)] = {place: fingerprint(a, valid) for place, a in float_leaves(call.out, "out")}
 
     recorder = CallRecorder(root, on_return=note_run)
-    with jax.disable_jit(), eager_remat(), nn.intercept_methods(recorder):
-        output = model.apply(variables, *args, method=method, **kwargs)
+    failure: BaseException | None = None
+    output = None
+    try:
+        with jax.disable_jit(), eager_remat(), nn.intercept_methods(recorder):
+            output = model.apply(variables, *args, method=method, **kwargs)
+    except Exception as exc:  # the trace of what ran is written, marked with the error, then it is raised
+        failure = exc
+        if recorder.top is None:
+            raise
     top = recorder.top
     if top is None:
         raise ValueError(f"{root}.apply made no call nbtrace could record (is {method!r} a method of the model?)")
@@ -85,7 +94,7 @@ def trace(model: Any, variables: Any, *args: Any, method: Any = None, debug_path
     if do_prune_layers:
         prune_intermediate_layers(tree)
     prune_outputs_of_parents(tree)
-    if twin_wanted:
+    if twin_wanted and failure is None:
         sections[TWIN_SECTION] = _twin(model, variables, args, kwargs, method, recorder.names, valid, run_prints,
                                        tree, unfit)
         if use_repr:
@@ -100,6 +109,8 @@ def trace(model: Any, variables: Any, *args: Any, method: Any = None, debug_path
     except BaseException:
         remove_files(serializer.written)
         raise
+    if failure is not None:
+        raise failure
     from ..core.load import load_trace
 
     return JaxTrace(output, load_trace(full), folder)
@@ -117,7 +128,9 @@ def _tree(top: Call, use_repr: bool) -> dict[str, Any]:
             inputs = {"args": call.args} if call.args else {}
         out: dict[str, Any] = {"module_path": call.path, "inputs": _Raw(inputs, f"{base}_inputs")}
         children = [node(child, False) for child in call.children]
-        if not is_root or not use_repr or not children:
+        if call.error is not None:
+            out["error"] = error_record(call.error)
+        elif not is_root or not use_repr or not children:
             out["outputs"] = _Raw(call.out, f"{base}_outputs")
         if children:
             out["children"] = children
