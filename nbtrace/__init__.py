@@ -1,6 +1,26 @@
 """nbtrace: trace every module of a PyTorch forward pass, explore it in Jupyter, find where two implementations part ways."""
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what the lazy names below are, for type checkers and editors
+    from .capture.context import model_addition_debugger_context, trace
+    from .capture.recorder import Recorder
+    from .core.forwards import load_traces
+    from .core.load import load_trace
+    from .core.node import Node
+    from .core.tensor import TensorValue
+    from .core.trace import Trace
+    from .diff.compare import compare
+    from .diff.comparison import Comparison
+    from .diff.operations import narrow
+    from .diff.steps.steps import StepsComparison
+    from .diff.verdict.as_dict import verdict_schema
+    from .errors import TraceFormatError
+    from .notebook.html_file import save_html
+    from .notebook.view import TraceView
+    from .render.divergence_plot import plot_divergence
+    from .render.frame import to_dataframe
+    from .render.plot import plot_stats
 
 __version__ = "0.1.0"
 
