@@ -195,6 +195,19 @@ model = flax_decoder.FlaxDecoder(flax_decoder.DecoderConfig())
 ids = jax.numpy.asarray([[1, 2, 3, 4, 5, 6, 7], [7, 6, 5, 4, 3, 2, 1]], dtype="int32")
 params = {"params": model.init(jax.random.PRNGKey(0), ids)["params"]}
 ntj.trace(model, params, ids, debug_path=sys.argv[1])
+ntj.trace(model, params, ids, debug_path=sys.argv[1] + "_full", use_repr=False)  # safetensors from numpy
+from nbtrace.capture.twin import host_memory
+host_memory.available_host_memory = lambda: 1024  # measure_rounding="auto" leaves a twin out that does not fit
+assert ntj.trace(model, params, ids, debug_path=sys.argv[1] + "_unfit").trace.sidecar["twin"]["skipped"]
+try:
+    ntj.trace(model, params, ids[:, :, None], debug_path=sys.argv[1] + "_failed")  # raises: the trace of what ran
+except ImportError:
+    raise
+except Exception:
+    import pathlib
+    assert (pathlib.Path(sys.argv[1] + "_failed") / "FlaxDecoder_debug_tree_SUMMARY.json").exists()
+else:
+    raise AssertionError("ids of the wrong shape must raise")
 assert not any(name == "torch" or name.startswith("torch.") for name, m in sys.modules.items() if m is not None)
 print("traced without torch")
 """

@@ -155,8 +155,7 @@ def twin_unfit(variables: Any) -> str | None:
     ``memory_stats`` elsewhere); None when it fits or free memory cannot be told."""
     import jax
 
-    from ..capture.twin.budget import SHARE
-    from ..capture.twin.host_memory import available_host_memory
+    from ..capture.twin.host_memory import SHARE, available_host_memory
 
     needed = sum(8 * a.size for _, a in float_leaves(variables))
     if jax.default_backend() == "cpu":

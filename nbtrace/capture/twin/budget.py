@@ -15,9 +15,8 @@ from itertools import chain
 import torch
 from torch import nn
 
-from .host_memory import available_host_memory
+from .host_memory import SHARE, available_host_memory
 
-SHARE = 0.5  # of the free memory the float64 copy may take
 
 
 def twin_cost(model: nn.Module) -> dict[torch.device, int]:

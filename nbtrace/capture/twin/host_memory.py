@@ -3,6 +3,8 @@ capture's ``nbtrace/jax/twin.py``)."""
 
 from __future__ import annotations
 
+SHARE = 0.5  # of the free memory a float64 copy of the model may take
+
 
 def available_host_memory() -> int | None:
     """Bytes the host can still give (``MemAvailable``); None when it cannot be told."""
