@@ -365,3 +365,22 @@ def test_a_forward_that_raises_leaves_the_trace_of_what_ran(tmp_path):
     assert [n.module_path for n in trace.nodes()] == ["Fails", "Fails.first"]
     assert trace["Fails.first"].outputs.shape == (2, 4)
     assert "reshape" in trace.root.error["message"]
+
+
+def test_apply_options_pass_on_and_are_not_inputs(tmp_path):
+    import flax.linen as nn
+
+    class Normed(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            return nn.BatchNorm(use_running_average=False)(nn.Dense(4)(x))
+
+    x = np.random.RandomState(0).randn(3, 4).astype(np.float32)
+    model = Normed()
+    variables = model.init(jax.random.PRNGKey(0), x)
+    recorded = ntj.trace(model, variables, x, debug_path=tmp_path, mutable=["batch_stats"])
+    output, state = recorded.output
+    assert output.shape == (3, 4) and "batch_stats" in state
+    assert "mutable" not in recorded.trace.root.inputs["kwargs"]
+    assert set(recorded.trace.sidecar["parameters"]["Normed.BatchNorm_0"]) == {"bias", "scale", "mean", "var"}
+    assert recorded.trace.sidecar["twin"]["calls"]["Normed.BatchNorm_0"]["out"]["acc"] < 1e-5

@@ -22,6 +22,7 @@ from .twin import find_valid, padding_digest, run_twin, twin_section, twin_unfit
 from .values import eager_remat, float_leaves
 
 MEASURE_MODES = ("auto", "twin", True, False)
+_APPLY_OPTIONS = ("rngs", "mutable")  # keywords of Module.apply itself: passed on, not inputs of the model
 _MAX_INPUT_BYTES = 16 * 2**20
 
 
@@ -38,6 +39,9 @@ def trace(model: Any, variables: Any, *args: Any, method: Any = None, debug_path
           do_prune_layers: bool = True, use_repr: bool = True, measure_rounding: bool | str = "auto",
           **kwargs: Any) -> JaxTrace:
     """Run ``model.apply(variables, *args, method=method, **kwargs)`` once, eagerly, and write its trace.
+
+    ``rngs=`` and ``mutable=`` go to ``apply`` (its output is then ``(output, state)``, as ``apply`` gives it); trace a
+    model in its evaluation mode: a float64 twin draws other random numbers than the run (dropout).
 
     The files are those of ``nbtrace.trace`` for a PyTorch model (transformers' debugger files, safetensors with
     ``use_repr=False``, nbtrace's sidecar), into ``debug_path`` (the working folder when None). Every call of every
@@ -57,6 +61,7 @@ def trace(model: Any, variables: Any, *args: Any, method: Any = None, debug_path
         raise ValueError(f"measure_rounding must be one of {MEASURE_MODES}, got {measure_rounding!r}")
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a flax.linen Module, got {type(model).__name__}")
+    options = {key: kwargs.pop(key) for key in _APPLY_OPTIONS if key in kwargs}  # apply's own, not the model's
     twin_wanted = measure_rounding is not False
     unfit = twin_unfit(variables) if measure_rounding == "auto" else None
     root = type(model).__name__
@@ -74,7 +79,7 @@ def trace(model: Any, variables: Any, *args: Any, method: Any = None, debug_path
     output = None
     try:
         with jax.disable_jit(), eager_remat(), nn.intercept_methods(recorder):
-            output = model.apply(variables, *args, method=method, **kwargs)
+            output = model.apply(variables, *args, method=method, **options, **kwargs)
     except Exception as exc:  # the trace of what ran is written, marked with the error, then it is raised
         failure = exc
         if recorder.top is None:
@@ -95,8 +100,8 @@ def trace(model: Any, variables: Any, *args: Any, method: Any = None, debug_path
         prune_intermediate_layers(tree)
     prune_outputs_of_parents(tree)
     if twin_wanted and failure is None:
-        sections[TWIN_SECTION] = _twin(model, variables, args, kwargs, method, recorder.names, valid, run_prints,
-                                       tree, unfit)
+        sections[TWIN_SECTION] = _twin(model, variables, args, {**options, **kwargs}, method, recorder.names, valid,
+                                       run_prints, tree, unfit)
         if use_repr:
             kept = _input_arrays(args, kwargs)
             if kept:

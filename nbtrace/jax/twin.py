@@ -96,7 +96,7 @@ def run_twin(model: Any, variables: Any, args: tuple, kwargs: dict[str, Any], me
         if perturb:
             wide_vars = tree_map_arrays(wide_vars, _perturbed, with_path=True)
         wide_args = tree_map_arrays(args, _widen)
-        wide_kwargs = tree_map_arrays(kwargs, _widen)
+        wide_kwargs = {k: v if k in ("rngs", "mutable") else tree_map_arrays(v, _widen) for k, v in kwargs.items()}
         recorder = CallRecorder(root, on_call=calls.run_call)
         stack.enter_context(nn.intercept_methods(recorder))
         calls.widen = stack.enter_context(widened())
