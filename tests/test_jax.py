@@ -181,7 +181,7 @@ def test_bad_inputs_are_named(tmp_path):
     pair, params, jax_input, _ = _pair("decoder", 0, "float32", None)
     with pytest.raises(ValueError, match="measure_rounding must be one of"):
         ntj.trace(pair.flax_model, params, jax_input, debug_path=tmp_path, measure_rounding="sometimes")
-    with pytest.raises(TypeError, match="flax.linen Module"):
+    with pytest.raises(TypeError, match="flax.linen or flax.nnx Module"):
         ntj.trace(pair.torch_model, params, jax_input, debug_path=tmp_path)
 
 
@@ -384,3 +384,77 @@ def test_apply_options_pass_on_and_are_not_inputs(tmp_path):
     assert "mutable" not in recorded.trace.root.inputs["kwargs"]
     assert set(recorded.trace.sidecar["parameters"]["Normed.BatchNorm_0"]) == {"bias", "scale", "mean", "var"}
     assert recorded.trace.sidecar["twin"]["calls"]["Normed.BatchNorm_0"]["out"]["acc"] < 1e-5
+
+
+def test_a_flax_nnx_original_is_traced_and_compared(tmp_path):
+    from flax import nnx
+
+    class Block(nnx.Module):
+        def __init__(self, width: int, rngs: nnx.Rngs) -> None:
+            self.norm = nnx.RMSNorm(width, rngs=rngs)
+            self.fc = nnx.Linear(width, width, rngs=rngs)  # square: its kernel is the weight transposed
+
+        def __call__(self, x):
+            return x + self.fc(self.norm(x))
+
+    class Stack(nnx.Module):
+        def __init__(self, rngs: nnx.Rngs, layers: int = 3, width: int = 16) -> None:
+            self.layers = nnx.List([Block(width, rngs) for _ in range(layers)])
+            self.head = nnx.Linear(width, 5, rngs=rngs)
+
+        def __call__(self, x):
+            for layer in self.layers:
+                x = layer(x)
+            return self.head(x)
+
+    class TorchNorm(torch.nn.Module):
+        def __init__(self, width: int, eps: float) -> None:
+            super().__init__()
+            self.weight, self.eps = torch.nn.Parameter(torch.ones(width)), eps
+
+        def forward(self, x):
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+    class TorchBlock(torch.nn.Module):
+        def __init__(self, eps: float) -> None:
+            super().__init__()
+            self.norm, self.fc = TorchNorm(16, eps), torch.nn.Linear(16, 16)
+
+        def forward(self, x):
+            return x + self.fc(self.norm(x))
+
+    class TorchStack(torch.nn.Module):
+        def __init__(self, eps: float) -> None:
+            super().__init__()
+            self.layers = torch.nn.ModuleList(TorchBlock(eps) for _ in range(3))
+            self.head = torch.nn.Linear(16, 5)
+
+        def forward(self, x):
+            for layer in self.layers:
+                x = layer(x)
+            return self.head(x)
+
+    def port(eps: float) -> torch.nn.Module:
+        model = TorchStack(eps)
+        weights = {}
+        for path, variable in nnx.to_flat_state(nnx.state(original)):
+            name, value = ".".join(map(str, path)), torch.from_numpy(np.array(variable.get_value()))
+            if name.endswith("kernel"):
+                name, value = name[: -len("kernel")] + "weight", value.T.contiguous()
+            weights[name.replace("norm.scale", "norm.weight")] = value
+        model.load_state_dict(weights)
+        return model.eval()
+
+    original = Stack(nnx.Rngs(3))
+    x = np.random.RandomState(3).randn(2, 6, 16).astype(np.float32)
+    recorded = ntj.trace(original, x, debug_path=tmp_path / "original")
+    assert [n.module_path for n in recorded.trace.nodes()][:4] == ["Stack", "Stack.layers.0", "Stack.layers.0.norm",
+                                                                    "Stack.layers.0.fc"]
+    assert recorded.trace.sidecar["parameters"]["Stack.layers.0.fc"]["kernel"]["shape"] == [16, 16]
+    assert nnx.state(original)["layers"][0]["fc"]["kernel"].get_value().dtype == jnp.float32  # untouched
+    for eps, named in ((1e-6, None), (1e-5, "layers.0.norm")):
+        candidate = port(eps)
+        with nbtrace.trace(candidate, debug_path=tmp_path / f"port_{eps}"):
+            candidate(torch.from_numpy(x))
+        assert _named(nbtrace.compare(tmp_path / "original", tmp_path / f"port_{eps}")) == named
+        assert _named(nbtrace.compare(tmp_path / "original", candidate)) == named

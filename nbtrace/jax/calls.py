@@ -130,9 +130,19 @@ class CallRecorder:
             return next_fun(*args, **kwargs)
         module = context.module
         path = self.names.root if self.top is None and not self._stack else self.names.path(module, method)
+        return self.record(path, module, self.names.scope_of(module), method, args, kwargs, next_fun)
+
+    def record_scope(self, module: Any, scope: tuple[str, ...], args: tuple, kwargs: dict[str, Any],
+                     next_fun: Callable) -> Any:
+        """A call of a module known by its path in the model (``scope``: a ``flax.nnx`` module's, ``nnx.py``)."""
+        path = self.names.root if self.top is None and not self._stack else self.names.call_path(scope, "__call__")
+        return self.record(path, module, scope, "__call__", args, kwargs, next_fun)
+
+    def record(self, path: str, module: Any, scope: tuple[str, ...], method: str, args: tuple,
+               kwargs: dict[str, Any], next_fun: Callable) -> Any:
         index = self._counts.get(path, 0)
         self._counts[path] = index + 1
-        call = Call(path, module, self.names.scope_of(module), method, tuple(args), dict(kwargs), index=index)
+        call = Call(path, module, scope, method, tuple(args), dict(kwargs), index=index)
         if self._stack:
             self._stack[-1].children.append(call)
         elif self.top is None:

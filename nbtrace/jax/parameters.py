@@ -13,11 +13,17 @@ from typing import Any
 
 from ..capture.numpy_parameters import fingerprint_array
 from .calls import CallNames
+from .nnx import is_nnx, state_arrays
 from .serialize import host, is_array
 
 
 def parameters_section(variables: Any, names: CallNames) -> dict[str, dict[str, Any]]:
+    """The section, from a linen model's variables, or from an nnx model (which holds its variables)."""
     section: dict[str, dict[str, Any]] = {}
+    if is_nnx(variables):
+        for scope, name, kind, value in state_arrays(variables):
+            section.setdefault(names.module_path(scope), {})[name] = fingerprint_array(host(value), kind)
+        return section
 
     def walk(value: Any, keys: tuple[str, ...], kind: str) -> None:
         if is_array(value):

@@ -15,6 +15,7 @@ from ..core.ranks import call_key
 from ..core.twin import TWIN_SECTION
 from .calls import Call, CallNames, CallRecorder
 from .fingerprint import fingerprint
+from .nnx import intercepted, is_nnx
 from .numerics import numerics_section
 from .parameters import parameters_section
 from .serialize import Serializer, host, is_array, remove_files
@@ -35,10 +36,11 @@ class JaxTrace:
     path: Path
 
 
-def trace(model: Any, variables: Any, *args: Any, method: Any = None, debug_path: str | Path | None = None,
+def trace(model: Any, variables: Any = None, *args: Any, method: Any = None, debug_path: str | Path | None = None,
           do_prune_layers: bool = True, use_repr: bool = True, measure_rounding: bool | str = "auto",
           **kwargs: Any) -> JaxTrace:
-    """Run ``model.apply(variables, *args, method=method, **kwargs)`` once, eagerly, and write its trace.
+    """Run ``model.apply(variables, *args, method=method, **kwargs)`` once, eagerly, and write its trace; for a
+    ``flax.nnx`` model, which holds its variables, ``trace(model, *args, **kwargs)`` runs ``model(*args, **kwargs)``.
 
     ``rngs=`` and ``mutable=`` go to ``apply`` (its output is then ``(output, state)``, as ``apply`` gives it); trace a
     model in its evaluation mode: a float64 twin draws other random numbers than the run (dropout).
@@ -59,8 +61,13 @@ def trace(model: Any, variables: Any, *args: Any, method: Any = None, debug_path
 
     if measure_rounding not in MEASURE_MODES:
         raise ValueError(f"measure_rounding must be one of {MEASURE_MODES}, got {measure_rounding!r}")
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be a flax.linen Module, got {type(model).__name__}")
+    nnx_model = is_nnx(model)
+    if nnx_model:  # it holds its variables: what came as `variables` is its first input
+        args, variables = (variables, *args), model
+        if method is not None and not isinstance(method, str):
+            raise TypeError(f"method= of an nnx model is the name of its method, got {type(method).__name__}")
+    elif not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a flax.linen or flax.nnx Module, got {type(model).__name__}")
     options = {key: kwargs.pop(key) for key in _APPLY_OPTIONS if key in kwargs}  # apply's own, not the model's
     twin_wanted = measure_rounding is not False
     unfit = twin_unfit(variables) if measure_rounding == "auto" else None
@@ -78,8 +85,13 @@ def trace(model: Any, variables: Any, *args: Any, method: Any = None, debug_path
     failure: BaseException | None = None
     output = None
     try:
-        with jax.disable_jit(), eager_remat(), nn.intercept_methods(recorder):
-            output = model.apply(variables, *args, method=method, **options, **kwargs)
+        with jax.disable_jit(), eager_remat():
+            if nnx_model:
+                with intercepted(model, recorder):
+                    output = (getattr(model, method) if method else model)(*args, **kwargs)
+            else:
+                with nn.intercept_methods(recorder):
+                    output = model.apply(variables, *args, method=method, **options, **kwargs)
     except Exception as exc:  # the trace of what ran is written, marked with the error, then it is raised
         failure = exc
         if recorder.top is None:

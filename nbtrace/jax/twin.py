@@ -28,7 +28,8 @@ from ..core.ranks import call_key
 from ..core.twin import TWIN_VERSION
 from .calls import Call, CallNames, CallRecorder
 from .fingerprint import fingerprint
-from .values import eager_remat, float_leaves, tree_map_arrays
+from .nnx import float64_copy, intercepted, is_nnx
+from .values import eager_remat, float_leaves, is_float, tree_map_arrays
 from .widen import WidenState, widened
 
 _NOISE_LENGTH = 65521
@@ -92,12 +93,18 @@ def run_twin(model: Any, variables: Any, args: tuple, kwargs: dict[str, Any], me
         stack.enter_context(jax.disable_jit())
         stack.enter_context(eager_remat())
         stack.enter_context(jax.default_matmul_precision("highest"))
-        wide_vars = tree_map_arrays(variables, _widen, with_path=True)
-        if perturb:
-            wide_vars = tree_map_arrays(wide_vars, _perturbed, with_path=True)
         wide_args = tree_map_arrays(args, _widen)
         wide_kwargs = {k: v if k in ("rngs", "mutable") else tree_map_arrays(v, _widen) for k, v in kwargs.items()}
         recorder = CallRecorder(root, on_call=calls.run_call)
+        if is_nnx(model):
+            wide = float64_copy(model, _widen, _perturbed if perturb else None)
+            stack.enter_context(intercepted(wide, recorder))
+            calls.widen = stack.enter_context(widened())
+            (getattr(wide, method) if isinstance(method, str) else wide)(*wide_args, **wide_kwargs)
+            return calls
+        wide_vars = tree_map_arrays(variables, _widen, with_path=True)
+        if perturb:
+            wide_vars = tree_map_arrays(wide_vars, _perturbed, with_path=True)
         stack.enter_context(nn.intercept_methods(recorder))
         calls.widen = stack.enter_context(widened())
         model.apply(wide_vars, *wide_args, method=method, **wide_kwargs)
@@ -149,7 +156,7 @@ def twin_section(twin: TwinCalls | None, perturbed: TwinCalls | None, run: dict[
     return section
 
 
-def twin_unfit(variables: Any) -> str | None:
+def twin_unfit(variables: Any) -> str | None:  # variables: a linen model's, or an nnx model (it holds its own)
     """Why the twin is not recorded by default (``measure_rounding="auto"``): its float64 copy of the variables
     would take more than half the memory free where they live (the host's for the CPU backend, the device's
     ``memory_stats`` elsewhere); None when it fits or free memory cannot be told."""
@@ -157,7 +164,12 @@ def twin_unfit(variables: Any) -> str | None:
 
     from ..capture.twin.host_memory import SHARE, available_host_memory
 
-    needed = sum(8 * a.size for _, a in float_leaves(variables))
+    if is_nnx(variables):
+        from .nnx import state_arrays
+
+        needed = sum(8 * np.asarray(a).size for *_, a in state_arrays(variables) if is_float(np.asarray(a)))
+    else:
+        needed = sum(8 * a.size for _, a in float_leaves(variables))
     if jax.default_backend() == "cpu":
         free = available_host_memory()
     else:

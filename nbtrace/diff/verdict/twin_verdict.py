@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ...core.node import Node
 from ...core.ranks import call_key
@@ -34,7 +34,7 @@ from ..align.shapes import same_flat_order
 from ..measure.metrics import TensorDiff
 from .evidence import Evidence
 from .twin_calls import Counterparts, call_events
-from .weights import weight_evidence
+from .weights import same_product, weight_evidence
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..comparison import Comparison
@@ -257,10 +257,23 @@ def _events(comparison: Comparison, twin_a: Twin, twin_b: Twin, allowance: _Allo
                  and d.basis != "shape"] if match is not None else []
         event = TwinEvent(call, io, _pairs(mine, theirs, io, allowance, ignore, given), exact)
         if io == "output" and not call.children:
-            event.weights = [weight_evidence(w) for w in weights.get(call.module_path, [])]
+            found = weights.get(call.module_path, [])
+            if event.pairs and all(p.evidence is not None and p.score < 1.0 for p in event.pairs):
+                # its float64 outputs agree: a square matrix held transposed is the other layout of the same
+                # product (a Flax kernel against nn.Linear's weight, in a layer block pruning kept out of the files)
+                found = [w for w in found if not _same_product_now(w)]
+            event.weights = [weight_evidence(w) for w in found]
         if event.pairs or event.exact or event.weights:
             events.append(event)
     return events
+
+
+def _same_product_now(finding: Any) -> bool:
+    """Mark a transposed weight as the other layout of one product; True when it was one."""
+    if finding.kind != "transposed":
+        return False
+    same_product(finding)
+    return True
 
 
 def _pairs(mine_all: dict[str, TwinPrint], theirs_all: dict[str, TwinPrint], io: str, allowance: _Allowance,

@@ -79,12 +79,12 @@ def compare_parameters(
             continue
         found = _compare_module(key[0], key[1], mine, theirs)
         if agree and agree.get(key[0]):
-            found = [_same_product(w) if w.kind == "transposed" else w for w in found]
+            found = [same_product(w) if w.kind == "transposed" else w for w in found]
         findings.extend(found)
     return findings
 
 
-def _same_product(finding: WeightFinding) -> WeightFinding:
+def same_product(finding: WeightFinding) -> WeightFinding:
     """A transposed square matrix of a module whose calls agree: the other layout of the same product."""
     finding.kind, finding.serious = "layout", False
     finding.detail = f"{finding.detail}; the module's calls agree, so it is the other layout of the same product"
