@@ -35,6 +35,9 @@ class JaxTrace:
     trace: Any
     path: Path
 
+    def __repr__(self) -> str:
+        return f"<JaxTrace {self.trace.model_name}: {len(self.trace)} calls in {self.path}>"
+
 
 def trace(model: Any, variables: Any = None, *args: Any, method: Any = None, debug_path: str | Path | None = None,
           do_prune_layers: bool = True, use_repr: bool = True, measure_rounding: bool | str = "auto",
