@@ -32,8 +32,15 @@ from .nnx import float64_copy, intercepted, is_nnx
 from .values import eager_remat, float_leaves, is_float, tree_map_arrays
 from .widen import WidenState, widened
 
-_NOISE_LENGTH = 65521
-_NOISE = np.asarray([2.0 * r.random() - 1.0 for r in [random.Random(0x5EED)] for _ in range(_NOISE_LENGTH)])
+_NOISE_LENGTH = 65521  # the PyTorch twin's pattern: a prime, so its tiles never line up with a tensor's rows
+
+
+def _noise_base() -> np.ndarray:
+    rng = random.Random(0x5EED)
+    return np.asarray([2.0 * rng.random() - 1.0 for _ in range(_NOISE_LENGTH)])
+
+
+_NOISE = _noise_base()
 
 
 class TwinCalls:
