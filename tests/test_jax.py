@@ -166,25 +166,6 @@ def test_full_tensors_are_written_as_safetensors(tmp_path):
     assert nbtrace.compare(tmp_path / "original", tmp_path / "port").verdict == "agree"
 
 
-def test_nothing_of_jax_is_left_changed(decoder_folder, tmp_path):
-    from jax._src import core, dtypes
-
-    _, _, pair = decoder_folder
-    bind, asked = core.Primitive.bind, dtypes.check_and_canonicalize_user_dtype
-    ntj.trace(pair.flax_model, pair.params, pair.input_ids_np, debug_path=tmp_path)
-    assert core.Primitive.bind is bind and dtypes.check_and_canonicalize_user_dtype is asked
-    assert not jax.config.jax_enable_x64
-    assert jnp.ones(2).astype(jnp.float32).dtype == jnp.float32
-
-
-def test_bad_inputs_are_named(tmp_path):
-    pair, params, jax_input, _ = _pair("decoder", 0, "float32", None)
-    with pytest.raises(ValueError, match="measure_rounding must be one of"):
-        ntj.trace(pair.flax_model, params, jax_input, debug_path=tmp_path, measure_rounding="sometimes")
-    with pytest.raises(TypeError, match="flax.linen or flax.nnx Module"):
-        ntj.trace(pair.torch_model, params, jax_input, debug_path=tmp_path)
-
-
 _WITHOUT_TORCH = r"""
 import sys
 sys.modules["torch"] = None  # `import torch` raises ImportError from here on
@@ -232,51 +213,6 @@ def test_the_capture_runs_where_torch_cannot_be_imported(tmp_path):
     assert _named(nbtrace.compare(folder, broken.eval())) == "layers.0.input_norm"
 
 
-def test_calls_are_named_as_the_pytorch_capture_names_them(tmp_path):
-    import flax.linen as nn
-
-    class Block(nn.Module):
-        @nn.compact
-        def __call__(self, x):
-            return nn.LayerNorm(name="ln_2")(nn.LayerNorm(name="ln_1")(nn.Dense(4)(x)))
-
-    class Head(nn.Module):
-        def setup(self):
-            self.table = self.param("table", nn.initializers.normal(), (4, 3))
-
-        def project(self, x):
-            return x @ self.table
-
-    class Model(nn.Module):
-        def setup(self):
-            self.layers = [Block()]  # one item of a list attribute: Flax names it layers_0
-            self.head = Head()
-
-        def __call__(self, x):
-            for layer in self.layers:
-                x = layer(x)
-            for block in self.extra:  # a list attribute whose items the model names: a stack of two
-                x = block(x)
-            return self.head.project(x)
-
-    class Stacked(Model):
-        def setup(self):
-            super().setup()
-            self.extra = [Block(name=f"block_{i}") for i in range(2)]
-
-    model = Stacked()
-    x = np.ones((2, 4), np.float32)
-    variables = model.init(jax.random.PRNGKey(0), x)
-    trace = ntj.trace(model, variables, x, debug_path=tmp_path, do_prune_layers=False).trace
-    paths = [node.module_path for node in trace.nodes()]
-    assert paths == ["Stacked", "Stacked.layers.0", "Stacked.layers.0.Dense_0", "Stacked.layers.0.ln_1",
-                     "Stacked.layers.0.ln_2", "Stacked.block.0", "Stacked.block.0.Dense_0", "Stacked.block.0.ln_1",
-                     "Stacked.block.0.ln_2", "Stacked.block.1", "Stacked.block.1.Dense_0", "Stacked.block.1.ln_1",
-                     "Stacked.block.1.ln_2", "Stacked.head.project"]
-    assert set(trace.sidecar["parameters"]) >= {"Stacked.block.1.Dense_0", "Stacked.head", "Stacked.layers.0.ln_1"}
-    assert set(trace.sidecar["twin"]["calls"]) >= {"Stacked.block.1.ln_2", "Stacked.head.project"}
-
-
 def test_without_the_twin_a_jax_folder_says_what_would_decide(tmp_path):
     pair, params, jax_input, torch_input = _pair("decoder", 2, "float32", "query_scale")
     ntj.trace(pair.flax_model, params, jax_input, debug_path=tmp_path / "original", measure_rounding=False)
@@ -285,43 +221,6 @@ def test_without_the_twin_a_jax_folder_says_what_would_decide(tmp_path):
     comparison = nbtrace.compare(tmp_path / "original", tmp_path / "port")
     assert comparison.verdict == "unresolved" and "twin" in comparison.unresolved[1]
     assert repr(comparison).endswith(": unresolved at FlaxDecoder.layers.0.attn.o_proj>")
-
-
-def test_a_rematerialised_stack_is_recorded_and_a_vmapped_call_is_said_not_recorded(tmp_path):
-    import flax.linen as nn
-
-    class Block(nn.Module):
-        @nn.compact
-        def __call__(self, x):
-            return x + nn.Dense(4)(nn.LayerNorm()(x))
-
-    class Model(nn.Module):
-        @nn.compact
-        def __call__(self, x):
-            for i in range(2):
-                x = nn.remat(Block)(name=f"layers_{i}")(x)
-            x = nn.vmap(Block, variable_axes={"params": None}, split_rngs={"params": False})(name="per_row")(x)
-            return nn.Dense(3)(x)
-
-    x = np.random.RandomState(0).randn(2, 4).astype(np.float32)
-    model = Model()
-    trace = ntj.trace(model, model.init(jax.random.PRNGKey(0), x), x, debug_path=tmp_path).trace
-    paths = [node.module_path for node in trace.nodes()]
-    assert paths[:4] == ["Model", "Model.layers.0", "Model.layers.0.LayerNorm_0", "Model.layers.0.Dense_0"]
-    assert trace["Model.layers.1.Dense_0"].outputs.std > 0  # remat ran as it is: values recorded
-    inside = trace["Model.per_row.Dense_0"].outputs
-    assert isinstance(inside, str) and "traced by a JAX transform" in inside
-
-
-def test_auto_leaves_the_twin_out_where_its_float64_copy_does_not_fit(tmp_path, monkeypatch):
-    from nbtrace.capture.twin import host_memory
-
-    pair, params, jax_input, _ = _pair("decoder", 0, "float32", None)
-    monkeypatch.setattr(host_memory, "available_host_memory", lambda: 4096)
-    twin = ntj.trace(pair.flax_model, params, jax_input, debug_path=tmp_path / "auto").trace.sidecar["twin"]
-    assert twin["calls"] == {} and "more than half the" in twin["skipped"]
-    forced = ntj.trace(pair.flax_model, params, jax_input, debug_path=tmp_path / "forced", measure_rounding="twin")
-    assert forced.trace.sidecar["twin"]["calls"]
 
 
 @pytest.mark.parametrize(("bug", "named"), [(None, None), ("swapped_gate_up", "layers.0.mlp"),
@@ -345,45 +244,6 @@ def test_transformers_llama_as_the_port_of_the_flax_original(tmp_path, bug, name
     comparison = nbtrace.compare(tmp_path / "original", port.eval())
     assert _named(comparison) == named, comparison.first_divergence
     assert comparison.verdict == ("agree" if bug is None else "diverge")
-
-
-def test_a_forward_that_raises_leaves_the_trace_of_what_ran(tmp_path):
-    import flax.linen as nn
-
-    class Fails(nn.Module):
-        @nn.compact
-        def __call__(self, x):
-            x = nn.Dense(4, name="first")(x)
-            return nn.Dense(4, name="second")(x.reshape(3, -1))  # 8 values do not make rows of 3
-
-    x = np.random.RandomState(0).randn(2, 4).astype(np.float32)
-    model = Fails()
-    variables = {"params": {"first": {"kernel": np.ones((4, 4), np.float32), "bias": np.zeros(4, np.float32)}}}
-    with pytest.raises(TypeError, match="reshape"):
-        ntj.trace(model, variables, x, debug_path=tmp_path)
-    trace = nbtrace.load_trace(tmp_path)
-    assert [n.module_path for n in trace.nodes()] == ["Fails", "Fails.first"]
-    assert trace["Fails.first"].outputs.shape == (2, 4)
-    assert "reshape" in trace.root.error["message"]
-
-
-def test_apply_options_pass_on_and_are_not_inputs(tmp_path):
-    import flax.linen as nn
-
-    class Normed(nn.Module):
-        @nn.compact
-        def __call__(self, x):
-            return nn.BatchNorm(use_running_average=False)(nn.Dense(4)(x))
-
-    x = np.random.RandomState(0).randn(3, 4).astype(np.float32)
-    model = Normed()
-    variables = model.init(jax.random.PRNGKey(0), x)
-    recorded = ntj.trace(model, variables, x, debug_path=tmp_path, mutable=["batch_stats"])
-    output, state = recorded.output
-    assert output.shape == (3, 4) and "batch_stats" in state
-    assert "mutable" not in recorded.trace.root.inputs["kwargs"]
-    assert set(recorded.trace.sidecar["parameters"]["Normed.BatchNorm_0"]) == {"bias", "scale", "mean", "var"}
-    assert recorded.trace.sidecar["twin"]["calls"]["Normed.BatchNorm_0"]["out"]["acc"] < 1e-5
 
 
 def test_a_flax_nnx_original_is_traced_and_compared(tmp_path):

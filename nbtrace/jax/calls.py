@@ -74,7 +74,8 @@ class CallNames:
 
     def learn(self, top: Call) -> None:
         """Mark the groups of siblings of one class named ``<prefix>_0``, ``<prefix>_1``, … (two or more, numbered
-        from 0 without a gap, a prefix other than the class's name) as layer stacks, and name every call of ``top``'s tree again."""
+        from 0 without a gap, a prefix other than the class's name) as layer stacks, and name every call of
+        ``top``'s tree again."""
         groups: dict[tuple, list[tuple[str, ...]]] = {}
         for scope_path, cls in self._classes.items():
             match = _LIST_ITEM.match(scope_path[-1])

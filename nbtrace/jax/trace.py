@@ -54,7 +54,8 @@ def trace(model: Any, variables: Any = None, *args: Any, method: Any = None, deb
     twin, ``twin.py``, where its float64 copy of the variables takes at most half the free memory; "twin" or True:
     always; False: none) lets ``nbtrace.compare`` judge the trace against a port's.
     When the model raises, the trace of what ran is written, the calls that raised marked with the error (the
-    format's ``error`` field), and the error raised. The model runs under ``jax.disable_jit()`` (a jitted function inside it runs eagerly too) and with
+    format's ``error`` field), and the error raised. The model runs under ``jax.disable_jit()`` (a jitted function
+    inside it runs eagerly too) and with
     ``nn.remat``/``jax.checkpoint`` running their function as it is (they change what a backward pass keeps, not
     a forward's values); values a transform inside the model still traces (``nn.vmap``) are recorded as text
     without values. Nothing of JAX's configuration is left changed. Needs jax, flax, numpy and safetensors; not torch.
