@@ -15,7 +15,16 @@ import math
 import ml_dtypes
 import numpy as np
 
-from .print_text import TRACE_OPTIONS, Layout, Options, add_suffixes, format_stats, format_text
+from .print_text import (
+    PREFIX,
+    TRACE_OPTIONS,
+    Layout,
+    Options,
+    add_suffixes,
+    format_stats,
+    format_text,
+    shown_positions,
+)
 
 #: torch's name of each numpy dtype this module prints (``torch.<name>``)
 TORCH_NAMES = {
@@ -36,7 +45,6 @@ TORCH_NAMES = {
 _FLOATS = frozenset({"float16", "bfloat16", "float32", "float64"})
 _NARROW = frozenset({"float16", "bfloat16", "float32"})  # also the dtypes with stats in the trace format
 _UNSUFFIXED = frozenset({"float32", "int64", "bool"})  # the default dtype, and those torch infers from the text
-_PREFIX = "tensor("
 
 
 def torch_name(a: np.ndarray) -> str:
@@ -73,7 +81,7 @@ def array_text(a: np.ndarray, options: Options | None = None) -> str:
     if a.size == 0:  # torch names the shape (unless 1-d) and any dtype but the default
         extra = () if a.ndim == 1 else (f"size={tuple(a.shape)}",)
         extra += () if name == "float32" else (f"dtype=torch.{name}",)
-        return add_suffixes(_PREFIX + "[]", extra, len(_PREFIX), options.linewidth)
+        return add_suffixes(PREFIX + "[]", extra, len(PREFIX), options.linewidth)
     summarize = a.size > options.threshold
     shown = _edges(a, options.edgeitems) if summarize and a.ndim else a
     layout = Layout(name in _FLOATS, name in _NARROW, tuple(a.shape), tuple(shown.shape), summarize,
@@ -132,6 +140,4 @@ def python_values(a: np.ndarray) -> list:
 
 def _edges(a: np.ndarray, edge: int) -> np.ndarray:
     """The elements a summarized tensor shows: the first and last ``edge`` of every longer dimension."""
-    index = [list(range(edge)) + list(range(size - edge, size)) if size > 2 * edge else list(range(size))
-             for size in a.shape]
-    return a[np.ix_(*index)]
+    return a[np.ix_(*(shown_positions(size, edge) for size in a.shape))]

@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-_PREFIX = "tensor("
-_INDENT = len(_PREFIX)
+PREFIX = "tensor("
+_INDENT = len(PREFIX)
 STAT_NAMES = ("mean", "std", "min", "max")
 
 
@@ -40,6 +40,12 @@ class Layout(NamedTuple):
     summarize: bool
     suffix: tuple[str, ...]
     options: Options
+
+
+def shown_positions(size: int, edge: int) -> list[int]:
+    """The positions along a dimension of ``size`` that a summarized tensor shows: the first and last ``edge``
+    (all of them when there are no more than ``2 * edge``)."""
+    return list(range(edge)) + list(range(size - edge, size)) if size > 2 * edge else list(range(size))
 
 
 def add_suffixes(text: str, extra: tuple[str, ...], indent: int, linewidth: int) -> str:
@@ -75,7 +81,7 @@ def format_stats(values: list[float], suffix: tuple[str, ...], options: Options)
         spec = f"tensor(%.{precision}e)"
         return dict(zip(STAT_NAMES, (spec % value for value in values)))
     return {
-        name: add_suffixes(_PREFIX + scalar_text(value, precision), suffix, _INDENT, options.linewidth)
+        name: add_suffixes(PREFIX + scalar_text(value, precision), suffix, _INDENT, options.linewidth)
         for name, value in zip(STAT_NAMES, values)
     }
 
@@ -122,7 +128,7 @@ def _text(items: list[str], layout: Layout, width: int) -> str:
     else:
         body = _layout(items, 0, len(items), layout.shown, layout.shape, _INDENT, layout.summarize, width,
                        layout.options)
-    return add_suffixes(_PREFIX + body, layout.suffix, _INDENT, layout.options.linewidth)
+    return add_suffixes(PREFIX + body, layout.suffix, _INDENT, layout.options.linewidth)
 
 
 def _format_items(data: list, floating: bool, precision: int) -> tuple[list[str], int]:

@@ -34,6 +34,7 @@ from .print_text import (  # noqa: F401 - the host half, imported from here by i
     format_stats,
     format_text,
     scalar_text,
+    shown_positions,
 )
 
 _FLOATS = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64})
@@ -131,7 +132,7 @@ def _edge_index(shape: tuple[int, ...], edge: int, device: torch.device) -> tupl
             _EDGE_INDEX.clear()
         flat, shown = [0], []
         for size in shape:
-            kept = list(range(edge)) + list(range(size - edge, size)) if size > 2 * edge else list(range(size))
+            kept = shown_positions(size, edge)
             flat = [position * size + k for position in flat for k in kept]
             shown.append(len(kept))
         found = _EDGE_INDEX[key] = (torch.tensor(flat, dtype=torch.int64, device=device), tuple(shown))

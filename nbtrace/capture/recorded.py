@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, overload
 
 from ..core.load import load_trace
+from ..core.ranks import call_key
 from ..core.trace import Trace
 
 
@@ -134,6 +135,17 @@ class RecordedTraces(Sequence[Trace]):
 
     def __repr__(self) -> str:
         return f"<{len(self)} recorded forward(s)>"
+
+
+def named_calls(root: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """``(call name, call)`` of every call of a JSON tree, in call order: the sidecar's names (``<path>@<n>`` for
+    the n-th call of a path, ``core.ranks.call_key``)."""
+    counts: dict[str, int] = {}
+    for raw in walk_dicts(root):
+        path = raw["module_path"]
+        index = counts.get(path, 0)
+        counts[path] = index + 1
+        yield call_key(path, index), raw
 
 
 def walk_dicts(root: dict[str, Any]) -> Iterator[dict[str, Any]]:

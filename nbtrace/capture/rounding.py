@@ -30,8 +30,7 @@ import torch
 from torch import nn
 
 from ..core.measured import Measured
-from ..core.ranks import call_key
-from .recorded import walk_dicts
+from .recorded import named_calls
 from .rounding_numbers import ROOT, describe, float_leaves, mismatch, own_numbers
 from .shadow import shadow_forward
 from .speculate import Site
@@ -137,14 +136,10 @@ class Measures:
     def section(self, root: dict[str, Any]) -> dict[str, Any]:
         """The ``rounding`` section for the tree as written (``root``, after pruning): call name -> place -> numbers."""
         calls: dict[str, dict[str, Any]] = {}
-        counts: dict[str, int] = {}
-        for raw in walk_dicts(root):
-            path = raw["module_path"]
-            index = counts.get(path, 0)
-            counts[path] = index + 1
+        for key, raw in named_calls(root):
             places = self.calls.get(ROOT if raw is root else id(raw))
             if places:
-                calls[call_key(path, index)] = {place: t.measured().to_dict() for place, t in places.items()}
+                calls[key] = {place: t.measured().to_dict() for place, t in places.items()}
         return {"mode": self.meter.mode, "calls": calls}
 
     def twin_section(self, root: dict[str, Any]) -> dict[str, Any]:

@@ -257,6 +257,20 @@ def safe_file_name(name: str) -> str:
     return name
 
 
+def unique_file_name(name: str, used: set[str]) -> str:
+    """The safe file name (with ``.safetensors``) for ``name`` that is not in ``used`` yet (``~2``, ``~3``, … when
+    two names make the same one), added to ``used``."""
+    if not name.endswith(".safetensors"):
+        name += ".safetensors"
+    stem = safe_file_name(name[: -len(".safetensors")])
+    candidate, n = f"{stem}.safetensors", 1
+    while candidate in used:
+        n += 1
+        candidate = f"{stem}~{n}.safetensors"
+    used.add(candidate)
+    return candidate
+
+
 class TensorStore:
     """Writes the safetensors files of one forward into one folder.
 
@@ -273,15 +287,7 @@ class TensorStore:
 
     def file_name(self, name: str) -> str:
         """The unique, safe file name (with ``.safetensors``) for ``name``."""
-        if not name.endswith(".safetensors"):
-            name += ".safetensors"
-        stem = safe_file_name(name[: -len(".safetensors")])
-        candidate, n = f"{stem}.safetensors", 1
-        while candidate in self._used:
-            n += 1
-            candidate = f"{stem}~{n}.safetensors"
-        self._used.add(candidate)
-        return candidate
+        return unique_file_name(name, self._used)
 
     def save(self, name: str, tensor: torch.Tensor, ready: Callable[[], None] | None = None, private: bool = False) -> str:
         """Save ``tensor`` under ``name``; returns the reference the JSON holds (``./file``); ``writer.py`` writes it

@@ -9,7 +9,6 @@ lists, dicts (a ``FrozenDict`` too) objects, ``None``, bools and numbers their `
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ import numpy as np
 
 from ..capture.numpy_print import array_text, dtype_text, shape_text, stat_texts
 from ..capture.repr_text import sanitize
-from ..capture.write import safe_file_name, write_atomic
+from ..capture.write import unique_file_name, write_atomic
 
 
 def is_array(value: Any) -> bool:
@@ -42,14 +41,9 @@ def traced_text(value: Any) -> str:
 
 
 def host(value: Any) -> np.ndarray:
-    """The array's values on the host, as numpy (bfloat16 as ml_dtypes' bfloat16)."""
-    try:
-        return np.asarray(value)
-    except Exception as exc:  # a tracer: jit or vmap was applied inside the traced call
-        raise TypeError(
-            f"nbtrace.jax records concrete values; got {type(value).__name__} (a module ran under jax.jit, vmap or "
-            "scan inside the traced forward). Trace the model without jit (nbtrace.jax.trace runs it eagerly)."
-        ) from exc
+    """The array's values on the host, as numpy (bfloat16 as ml_dtypes' bfloat16); a tracer is no array here
+    (``is_array``): its value is recorded as ``traced_text``."""
+    return np.asarray(value)
 
 
 class Serializer:
@@ -91,12 +85,7 @@ class Serializer:
         from safetensors.numpy import save
 
         assert self.folder is not None
-        stem = safe_file_name(name)
-        file_name, n = f"{stem}.safetensors", 1
-        while file_name in self._used:
-            n += 1
-            file_name = f"{stem}~{n}.safetensors"
-        self._used.add(file_name)
+        file_name = unique_file_name(name, self._used)
         path = self.folder / file_name
         write_atomic(path, save({"data": np.ascontiguousarray(a)}))
         self.written.append(path)
@@ -113,7 +102,4 @@ def _key(key: Any) -> str:
 
 def remove_files(paths: list[Path]) -> None:
     for path in paths:
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
+        path.unlink(missing_ok=True)

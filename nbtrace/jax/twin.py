@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ..capture.twin.print_numbers import sensitivity, twin_entry
+from ..capture.twin.print_numbers import fill_calls, padding_text
 from ..capture.twin.signs import SUMS
 from ..core.ranks import call_key
 from ..core.twin import TWIN_VERSION
@@ -146,20 +146,9 @@ def twin_section(twin: TwinCalls | None, perturbed: TwinCalls | None, run: dict[
     if twin is None or problem is not None:
         section["skipped"] = problem or "the forward raised"
         return section
-    kept = set(written)
-    hidden = [key for key in twin.prints if key not in kept]
-    if hidden:
-        section["events"] = twin.events
-    for key in written + hidden:
-        places = twin.prints.get(key)
-        if not places:
-            continue
-        entries = {}
-        for place, (shape, values) in places.items():
-            other = perturbed.prints.get(key, {}).get(place) if perturbed is not None else None
-            entries[place] = twin_entry(shape, values, sensitivity(values, other[1] if other else None), None,
-                                        twin.low.get(key), run.get(key, {}).get(place))
-        section["calls"][key] = entries
+    perturbed_prints = {"float64": {key: {place: numbers for place, (_, numbers) in places.items()}
+                                    for key, places in perturbed.prints.items()}} if perturbed is not None else {}
+    fill_calls(section, written, twin.prints, perturbed_prints, run, twin.low, twin.events)
     return section
 
 
@@ -194,8 +183,7 @@ def padding_digest(valid: np.ndarray | None) -> str | None:
         return None
     flags = valid.reshape(-1).astype(np.int64)
     weights = np.arange(flags.size) % 65521 + 1
-    sums = [int(flags.sum()), int((flags * weights).sum())]
-    return f"{list(valid.shape)}:" + ":".join(f"{v & 0xFFFFFFFFFFFFFFFF:x}" for v in sums)
+    return padding_text(valid.shape, [int(flags.sum()), int((flags * weights).sum())])
 
 
 def find_valid(args: tuple, kwargs: dict[str, Any]) -> np.ndarray | None:

@@ -18,7 +18,6 @@ from torch import nn
 from .host_memory import SHARE, available_host_memory
 
 
-
 def twin_cost(model: nn.Module) -> dict[torch.device, int]:
     """Bytes of the float64 copy of ``model``'s float tensors, per device."""
     cost: dict[torch.device, int] = {}

@@ -1,10 +1,12 @@
-"""From a fingerprint's numbers (``signs.WIDTH`` floats) to the sidecar's entry of one tensor: torch-free, the one
-home of this arithmetic for the PyTorch capture (``record.py``) and the JAX capture (``nbtrace/jax/twin.py``)."""
+"""From a fingerprint's numbers (``signs.WIDTH`` floats) to the sidecar's ``twin`` section: torch-free, the one home
+of this arithmetic and of the section's calls for the PyTorch capture (``record.py``) and the JAX capture
+(``nbtrace/jax/twin.py``)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from ...core.twin import TwinPrint
 from .signs import KEPT, LEFT_OUT, SUMS, SUMSQ
@@ -47,3 +49,35 @@ def twin_entry(shape: Sequence[int], values: Sequence[float], s64: float | None,
     left_out = int(values[LEFT_OUT]) if finite else max(int(values[LEFT_OUT]), 1)
     acc, run_rms, run_out = accumulated(values, run)
     return TwinPrint(tuple(shape), sums, kept, rms, left_out, s64, sconst, low, acc, run_out, run_rms).to_dict()
+
+
+#: call name -> place -> a fingerprint's numbers (what each capture has on the host once its forward is done)
+Numbers = Mapping[str, Mapping[str, Sequence[float]]]
+
+
+def fill_calls(section: dict[str, Any], written: list[str],
+               prints: Mapping[str, Mapping[str, tuple[Sequence[int], Sequence[float]]]],
+               perturbed: Mapping[str, Numbers], run: Numbers, low: Mapping[str, str], events: Sequence[str]) -> None:
+    """``section["calls"]``: the twin's entries for the calls of the tree as written (``written``, after pruning),
+    then those pruning left out of the files, with ``events`` (every call's start and end, in order) so a verdict
+    can look inside them. ``prints``: call -> place -> (shape, numbers); ``perturbed``: the perturbed twins'
+    numbers by kind (``"float64"``: ``s64``, ``"constants"``: ``sconst``); ``run``: the run's own outputs'."""
+    kept = set(written)
+    hidden = [key for key in prints if key not in kept]
+    if hidden:
+        section["events"] = list(events)
+    for key in written + hidden:
+        places = prints.get(key)
+        if not places:
+            continue
+        section["calls"][key] = {
+            place: twin_entry(shape, values,
+                              sensitivity(values, perturbed.get("float64", {}).get(key, {}).get(place)),
+                              sensitivity(values, perturbed.get("constants", {}).get(key, {}).get(place)),
+                              low.get(key), run.get(key, {}).get(place))
+            for place, (shape, values) in places.items()}
+
+
+def padding_text(shape: Sequence[int], sums: Sequence[int]) -> str:
+    """The section's ``padding``: the padding mask's shape and its two sums (plain, weighted by position)."""
+    return f"{list(shape)}:" + ":".join(f"{int(v) & 0xFFFFFFFFFFFFFFFF:x}" for v in sums)

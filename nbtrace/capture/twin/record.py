@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from ...core.ranks import call_key
 from ...core.twin import SUMS, TWIN_VERSION
+from ..recorded import named_calls
 from ..rounding_numbers import float_leaves
 from ..transfer import to_host_many
 from .fingerprint import fingerprint
 from .forward import constants_digest, digest_text, find_valid, twin_runs
-from .print_numbers import sensitivity, twin_entry
+from .print_numbers import fill_calls, padding_text
 from .state import CarriedState
 from .values import remember, upcast
 
@@ -163,42 +163,18 @@ class TwinRecorder:
             return section
         if numbers.padding is not None:
             shape, slot = numbers.padding
-            section["padding"] = f"{shape}:" + ":".join(f"{int(v) & 0xFFFFFFFFFFFFFFFF:x}" for v in slot.values())
-        wanted = _call_names(root)
-        written = set(wanted)
-        hidden = [key for key in numbers.slots if key not in written]  # calls pruning left out of the files
-        if hidden:  # kept too, with the order of every call's start and end, so a verdict can look inside
-            section["events"] = numbers.events
-        for key in wanted + hidden:
-            slots = numbers.slots.get(key)
-            if not slots:
-                continue
-            places = {}
-            for place, slot in slots.items():
-                perturbed = {kind: numbers.perturbed.get(kind, {}).get(key, {}).get(place)
-                             for kind in ("float64", "constants")}
-                values = slot.values()
-                run = numbers.run.get(key, {}).get(place)
-                places[place] = twin_entry(
-                    numbers.shapes[key][place], values,
-                    sensitivity(values, perturbed["float64"].values() if perturbed["float64"] else None),
-                    sensitivity(values, perturbed["constants"].values() if perturbed["constants"] else None)
-                    if "constants" in numbers.perturbed else None,
-                    numbers.low.get(key), run.values() if run is not None else None)
-            section["calls"][key] = places
+            section["padding"] = padding_text(shape, slot.values())
+        prints = {key: {place: (numbers.shapes[key][place], slot.values()) for place, slot in slots.items()}
+                  for key, slots in numbers.slots.items()}
+        perturbed = {kind: _on_host(calls) for kind, calls in numbers.perturbed.items()}
+        written = [key for key, _ in named_calls(root)]
+        fill_calls(section, written, prints, perturbed, _on_host(numbers.run), numbers.low, numbers.events)
         return section
 
 
-def _call_names(root: dict[str, Any]) -> list[str]:
-    from ..recorded import walk_dicts
-
-    names, counts = [], {}
-    for raw in walk_dicts(root):
-        path = raw["module_path"]
-        index = counts.get(path, 0)
-        counts[path] = index + 1
-        names.append(call_key(path, index))
-    return names
+def _on_host(calls: dict[str, dict[str, Slot]]) -> dict[str, dict[str, list]]:
+    """Call -> place -> the numbers of each slot (once the forward's transfer has run)."""
+    return {key: {place: slot.values() for place, slot in places.items()} for key, places in calls.items()}
 
 
 def _digest(valid: torch.Tensor | None, batch: HostBatch) -> tuple[list[int], Slot] | None:
