@@ -3,8 +3,11 @@
 A call is named as the PyTorch capture names one, so both kinds of trace read alike: the root is the model's class
 name, a submodule's path its Flax path joined with dots (``FlaxDecoder.layers.0.attn.q_proj``), where a name Flax
 made for the n-th module of a list attribute (``layers_0``) is written as a layer of a stack (``layers.0``) — the
-layer rule of the format (pruning, plots across layers, alignment) then applies; every other name is kept as the
-model wrote it (``ln_1``, ``Dense_0``). A method other than ``__call__`` is a call of
+layer rule of the format (pruning, plots across layers, alignment) then applies. So is a group of two or more
+siblings of one class the model itself numbers from 0 (``layer_0``… as Gemma names the items of its list
+``blocks``, ``encoderblock_0``… of a compact method): the recorded forward shows the whole group, then every call is
+named again (``CallNames.learn``). Every other name is kept as the model wrote it (``ln_1``; ``Dense_0``, a name
+Flax made from the class). A method other than ``__call__`` is a call of
 its own, named after it (``FlaxDecoder.embedder.decode``); ``setup`` and private methods are not calls.
 """
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..capture.prune import prune_intermediate_layers, prune_outputs_of_parents
+from ..capture.recorded import named_calls
 from ..capture.repr_text import error_record
 from ..capture.write import write_sidecar, write_trace_files
 from ..core.kept_inputs import INPUTS_SECTION, inputs_section_of_arrays
@@ -55,10 +56,10 @@ def trace(model: Any, variables: Any = None, *args: Any, method: Any = None, deb
     always; False: none) lets ``nbtrace.compare`` judge the trace against a port's.
     When the model raises, the trace of what ran is written, the calls that raised marked with the error (the
     format's ``error`` field), and the error raised. The model runs under ``jax.disable_jit()`` (a jitted function
-    inside it runs eagerly too) and with
-    ``nn.remat``/``jax.checkpoint`` running their function as it is (they change what a backward pass keeps, not
-    a forward's values); values a transform inside the model still traces (``nn.vmap``) are recorded as text
-    without values. Nothing of JAX's configuration is left changed. Needs jax, flax, numpy and safetensors; not torch.
+    inside it runs eagerly too) and with ``nn.remat``/``jax.checkpoint`` running their function as it is (they
+    change what a backward pass keeps, not a forward's values); values a transform inside the model still traces
+    (``nn.vmap``) are recorded as text without values. Nothing of JAX's configuration is left changed. Needs jax,
+    flax, numpy and safetensors; not torch.
     """
     import flax.linen as nn
     import jax
@@ -75,14 +76,15 @@ def trace(model: Any, variables: Any = None, *args: Any, method: Any = None, deb
     options = {key: kwargs.pop(key) for key in _APPLY_OPTIONS if key in kwargs}  # apply's own, not the model's
     twin_wanted = measure_rounding is not False
     unfit = twin_unfit(variables) if measure_rounding == "auto" else None
+    measured = twin_wanted and unfit is None  # the run's outputs are fingerprinted only for a twin that runs
     root = type(model).__name__
     folder = Path(debug_path) if debug_path is not None else Path.cwd()
     folder.mkdir(parents=True, exist_ok=True)
-    valid = find_valid(args, kwargs) if twin_wanted else None
+    valid = find_valid(args, kwargs) if measured else None
     outputs: dict[int, dict[str, list[float]]] = {}  # id(call) -> place -> the fingerprint of what it returned
 
     def note_run(call: Call) -> None:
-        if twin_wanted:
+        if measured:
             outputs[id(call)] = {place: fingerprint(a, valid) for place, a in float_leaves(call.out, "out")}
 
     recorder = CallRecorder(root, on_return=note_run)
@@ -181,7 +183,7 @@ def _serialize(node: dict[str, Any], serializer: Serializer) -> None:
 def _twin(model: Any, variables: Any, args: tuple, kwargs: dict[str, Any], method: Any, root: CallNames,
           valid: Any, run_prints: dict[str, dict[str, list[float]]], tree: dict[str, Any],
           unfit: str | None) -> dict[str, Any]:
-    written = _call_names(tree)
+    written = [key for key, _ in named_calls(tree)]
     if unfit is not None:
         return twin_section(None, None, {}, written, None, f"not recorded: {unfit}")
     try:
@@ -191,18 +193,6 @@ def _twin(model: Any, variables: Any, args: tuple, kwargs: dict[str, Any], metho
         text = f"{type(exc).__name__}: {exc}"
         return twin_section(None, None, {}, written, None, f"the float64 twin of the whole model failed ({text[:300]})")
     return twin_section(twin, perturbed, run_prints, written, padding_digest(valid), None)
-
-
-def _call_names(tree: dict[str, Any]) -> list[str]:
-    names, counts, stack = [], {}, [tree]
-    while stack:
-        node = stack.pop()
-        path = node["module_path"]
-        index = counts.get(path, 0)
-        counts[path] = index + 1
-        names.append(call_key(path, index))
-        stack.extend(reversed(node.get("children", ())))
-    return names
 
 
 def _input_arrays(args: tuple, kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ...core.node import Node
 from ...core.ranks import call_key
@@ -261,19 +261,11 @@ def _events(comparison: Comparison, twin_a: Twin, twin_b: Twin, allowance: _Allo
             if event.pairs and all(p.evidence is not None and p.score < 1.0 for p in event.pairs):
                 # its float64 outputs agree: a square matrix held transposed is the other layout of the same
                 # product (a Flax kernel against nn.Linear's weight, in a layer block pruning kept out of the files)
-                found = [w for w in found if not _same_product_now(w)]
-            event.weights = [weight_evidence(w) for w in found]
+                found = [same_product(w) if w.kind == "transposed" else w for w in found]
+            event.weights = [weight_evidence(w) for w in found if w.serious]
         if event.pairs or event.exact or event.weights:
             events.append(event)
     return events
-
-
-def _same_product_now(finding: Any) -> bool:
-    """Mark a transposed weight as the other layout of one product; True when it was one."""
-    if finding.kind != "transposed":
-        return False
-    same_product(finding)
-    return True
 
 
 def _pairs(mine_all: dict[str, TwinPrint], theirs_all: dict[str, TwinPrint], io: str, allowance: _Allowance,
