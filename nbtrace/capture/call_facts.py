@@ -1,11 +1,9 @@
-"""Facts of one module call that the recorder notes beside its inputs and outputs: the autocast it ran under,
-and the error it raised, as the format's ``error`` field."""
+"""Facts of one module call that the recorder notes beside its inputs and outputs: the autocast it ran under (the
+error it raised, the format's ``error`` field, is ``repr_text.error_record``: the JAX capture writes it too)."""
 
 from __future__ import annotations
 
 import torch
-
-from .repr_text import error_record  # noqa: F401 - the format's error field, named here for the recorder
 
 any_autocast = getattr(torch._C, "_is_any_autocast_enabled", lambda: False)
 _AUTOCAST_DEVICES = ("cuda", "cpu", "xpu", "mps", "hpu")

@@ -31,10 +31,11 @@ from .parameters import ParameterFingerprints
 from .prune import prune_intermediate_layers, prune_outputs_of_parents
 from .ranks import RankPlan, ShardLayouts
 from .recorded import Recorded, RecordedTraces
+from .repr_text import error_record
 from .rounding import Measures, RoundingMeter
 from .runs import remove_earlier_forwards
 from .call_facts import any_autocast as _any_autocast
-from .call_facts import autocast_state, error_record
+from .call_facts import autocast_state
 from .serialize import Serializer
 from .speculate import Frame, Site, Speculation, numbered_containers
 from .write import TensorStore, tree_refs, write_sidecar, write_trace_files
