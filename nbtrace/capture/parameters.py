@@ -9,8 +9,14 @@ pseudo-random positions (and, for a matrix, the values of its transpose at the s
 positions, so a transposed copy shows, and a matrix held in the other layout is compared
 value for value). Everything is computed on the tensor's device and its numbers
 join the forward's ``HostBatch`` (``transfer.py``): they reach the host with the forward's
-one transfer. A tensor already fingerprinted and unchanged since (same object, version and
-storage) is not computed again.
+one transfer.
+
+A file never lies: a tensor already fingerprinted is not computed again only when it provably
+holds what it held then. Its object, version counter and storage are not proof (an edit through
+``.data`` or ``param.data.copy_`` bumps no version the parameter shows), so every trace also
+takes a cheap stamp of every tensor's bits (``_stamp``: their sum, and sums weighted by row and by
+column position, so a scaled, shifted, permuted or transposed copy changes it) and reuses a
+fingerprint only where the stamp is the one it was computed with; a stale one is computed again.
 """
 
 from __future__ import annotations
@@ -50,10 +56,10 @@ def _named_tensors(model: nn.Module, root: str) -> Iterator[tuple[str, str, str,
                     yield path, key, kind, tensor
 
 
-# Fingerprints of tensors unchanged since they were computed, shared by every trace of the process
-# (id -> (weak reference, version, data pointer, fingerprint, its JSON text)): tracing the same model again, or each
-# step of generate(), pays nothing for its weights.
-_CACHE: dict[int, tuple[Any, int, int, dict[str, Any], str]] = {}
+# Fingerprints of tensors, shared by every trace of the process (id -> (weak reference, version, data pointer,
+# bit stamp, fingerprint, its JSON text)): tracing the same model again, or each step of generate(), pays one stamp
+# per weight (two integer passes) instead of its fingerprint and its JSON.
+_CACHE: dict[int, tuple[Any, int, int, tuple[int, ...], dict[str, Any], str]] = {}
 
 
 class ParameterFingerprints:
@@ -81,6 +87,7 @@ class ParameterFingerprints:
         texts: dict[str, dict[str, str | _Pending]] = {}
         todo: list[_Pending] = []
         fresh: dict[int, _Pending] = {}  # a tensor held twice (tied weights) is computed once
+        reused: dict[int, _Reused] = {}  # cached fingerprints, valid once their stamp is the one they were taken with
         with torch.no_grad():
             for path, name, kind, held in _named_tensors(self.model, self.root):
                 tensor = local_tensor(held)
@@ -94,26 +101,37 @@ class ParameterFingerprints:
                 if key in fresh:
                     pending = fresh[key]
                     fingerprint, text = pending.fingerprint, pending
+                elif key in reused:
+                    fingerprint, text = reused[key].fingerprint, reused[key]
                 elif cached is not None and cached[0]() is held and cached[1] == version and cached[2] == pointer:
-                    fingerprint, text = cached[3], cached[4]
+                    check = reused[key] = _Reused(cached, tensor, kind, batch)
+                    fingerprint, text = check.fingerprint, check
                 else:
-                    fingerprint = {"kind": kind, "shape": list(tensor.shape), "dtype": str(tensor.dtype)[6:]}
-                    pending = fresh[key] = _Pending(fingerprint, (weakref.ref(held), version, pointer), key)
-                    if tensor.is_floating_point() and tensor.numel() > 0 and tensor.layout == torch.strided:
-                        pending.measure(tensor, batch)
+                    pending = fresh[key] = _Pending.start(tensor, kind, held, key, batch)
                     todo.append(pending)
-                    text = pending
+                    fingerprint, text = pending.fingerprint, pending
                 out.setdefault(path, {})[name] = fingerprint
                 texts.setdefault(path, {})[name] = text
 
         def finish() -> tuple[dict[str, dict[str, dict[str, Any]]], str]:
-            for pending in todo:
+            stale = [check for check in reused.values() if not check.holds()]
+            if stale:  # edited in place since (``.data``): computed again, in a transfer of their own
+                again = transfer.HostBatch()
+                for check in stale:
+                    check.redo(again)
+                again.fetch()
+            for pending in todo + [check.pending for check in stale if check.pending is not None]:
                 pending.fill()
                 self._cache[pending.key] = (*pending.entry, pending.fingerprint, pending.text)  # once complete
+            for path, names in out.items():  # a stale fingerprint's place takes the new one
+                for name, text in names.items():
+                    check = texts[path][name]
+                    if isinstance(check, _Reused) and check.pending is not None:
+                        names[name] = check.fingerprint
             if len(self._cache) > 4 * max(len(todo), 1024):  # forget tensors that no longer exist
                 for key in [k for k, entry in self._cache.items() if entry[0]() is None]:
                     del self._cache[key]
-            rows = tuple((path, name, text if isinstance(text, str) else text.text)
+            rows = tuple((path, name, text.text)
                          for path, names in texts.items() for name, text in names.items())
             if self._text is None or self._text[0] != rows:  # the same fingerprints as last time: the same text
                 self._text = (rows, _section_text(rows))
@@ -139,16 +157,30 @@ def _section_text(rows: tuple[tuple[str, str, str], ...]) -> str:
 class _Pending:
     """One fingerprint being computed: its numbers on their way to the host, then filled in."""
 
-    __slots__ = ("entry", "fingerprint", "key", "layout", "numbers", "sum", "text")
+    __slots__ = ("entry", "fingerprint", "key", "layout", "numbers", "stamp", "sum", "text")
 
     def __init__(self, fingerprint: dict[str, Any], entry: tuple[Any, int, int], key: int) -> None:
         self.fingerprint = fingerprint
-        self.entry = entry  # (weak reference to the tensor, its version, its data pointer)
+        self.entry: tuple[Any, ...] = entry  # (weak reference to the tensor, its version, its data pointer, stamp)
         self.key = key
         self.text = ""  # the fingerprint's JSON, as it stands two levels deep in the section
         self.numbers: transfer.Slot | None = None
         self.sum: transfer.Slot | None = None
+        self.stamp: transfer.Slot | None = None
         self.layout: Layout = (0, 0, 0, 0, ())
+
+    @classmethod
+    def start(cls, tensor: torch.Tensor, kind: str, held: torch.Tensor, key: int,
+              batch: transfer.HostBatch) -> _Pending:
+        """The fingerprint of ``tensor`` (held by the model as ``held``), its numbers and stamp queued in ``batch``."""
+        fingerprint = {"kind": kind, "shape": list(tensor.shape), "dtype": str(tensor.dtype)[6:]}
+        version = getattr(tensor, "_version", -1)
+        pointer = tensor.data_ptr() if tensor.layout == torch.strided else 0
+        pending = cls(fingerprint, (weakref.ref(held), version, pointer), key)
+        pending.stamp = _stamp_slot(tensor, batch)
+        if tensor.is_floating_point() and tensor.numel() > 0 and tensor.layout == torch.strided:
+            pending.measure(tensor, batch)
+        return pending
 
     def measure(self, tensor: torch.Tensor, batch: transfer.HostBatch) -> None:
         vector, self.layout = _numbers(tensor)
@@ -157,11 +189,67 @@ class _Pending:
 
     def fill(self) -> None:
         self._fill()
+        self.entry = (*self.entry[:3], _stamp_value(self.stamp))
         self.text = json.dumps(self.fingerprint, indent=1, sort_keys=True).replace("\n", "\n  ")
 
     def _fill(self) -> None:
         if self.numbers is not None and self.sum is not None:
             fill_fingerprint(self.fingerprint, self.numbers.values(), self.sum.values()[0], self.layout)
+
+
+class _Reused:
+    """A cached fingerprint on probation: its tensor's stamp, taken now, must be the one it was computed with."""
+
+    __slots__ = ("cached", "held", "kind", "pending", "slot", "tensor")
+
+    def __init__(self, cached: tuple[Any, ...], tensor: torch.Tensor, kind: str, batch: transfer.HostBatch) -> None:
+        self.cached, self.tensor, self.kind = cached, tensor, kind
+        self.held = cached[0]()
+        self.slot = _stamp_slot(tensor, batch)
+        self.pending: _Pending | None = None  # the fingerprint computed again, when the tensor changed
+
+    def holds(self) -> bool:
+        return _stamp_value(self.slot) == self.cached[3]
+
+    def redo(self, batch: transfer.HostBatch) -> None:
+        self.pending = _Pending.start(self.tensor, self.kind, self.held, id(self.held), batch)
+
+    @property
+    def fingerprint(self) -> dict[str, Any]:
+        return self.cached[4] if self.pending is None else self.pending.fingerprint
+
+    @property
+    def text(self) -> str:
+        return self.cached[5] if self.pending is None else self.pending.text
+
+
+def _stamp_slot(tensor: torch.Tensor, batch: transfer.HostBatch) -> transfer.Slot | None:
+    """``_stamp(tensor)`` queued in ``batch`` (None for a tensor with no strided data of its own)."""
+    if tensor.layout != torch.strided or tensor.numel() == 0 or tensor.element_size() not in _INT_VIEW:
+        return None
+    return batch.add(_stamp(tensor))
+
+
+def _stamp_value(slot: transfer.Slot | None) -> tuple[int, ...]:
+    return () if slot is None else tuple(int(v) for v in slot.values())
+
+
+def _stamp(tensor: torch.Tensor) -> torch.Tensor:
+    """Three wrapping int64 sums of the tensor's bits: plain, weighted by row position and by column position (the
+    tensor as a matrix of its first dimension by the rest; a vector as rows of 64). Two integer passes, exact in any
+    order of summation: the same bits give the same stamp on any run, and an edit (scaled, shifted, rows or columns
+    permuted, a square matrix transposed) changes it but by a coincidence of 64-bit wrapping sums."""
+    bits = tensor.detach().contiguous().view(_INT_VIEW[tensor.element_size()]).reshape(-1)
+    if tensor.dim() >= 2 and tensor.shape[0] > 1:
+        matrix = bits.reshape(tensor.shape[0], -1)
+    else:
+        width = 64
+        matrix = torch.nn.functional.pad(bits, (0, (-bits.numel()) % width)).reshape(-1, width)
+    rows = matrix.sum(dim=1, dtype=torch.int64)
+    columns = matrix.sum(dim=0, dtype=torch.int64)
+    by_row = (rows * torch.arange(1, rows.numel() + 1, device=rows.device, dtype=torch.int64)).sum()
+    by_column = (columns * torch.arange(1, columns.numel() + 1, device=rows.device, dtype=torch.int64)).sum()
+    return torch.stack([rows.sum(), by_row, by_column])
 
 
 def _numbers(tensor: torch.Tensor) -> tuple[torch.Tensor, Layout]:
