@@ -136,7 +136,7 @@ class _State:
     def __init__(self, valid: torch.Tensor | None) -> None:
         self.valid = valid
         self.result = TwinRun()
-        self.seen: dict[int, tuple[Any, torch.Tensor]] = {}
+        self.seen: dict[int, tuple[Any, Any, int | None]] = {}
         self.observe: Callable[[str, Any], None] | None = None
         self.mode: Any = None
 
@@ -192,8 +192,9 @@ def _walk(value: Any, place: str, found: dict[str, Any], state: _State, depth: i
     if isinstance(value, torch.Tensor):
         if (value.is_floating_point() or value.is_complex()) and value.numel() > 0 and _plain_data(value):
             entry = state.seen.get(id(value))
-            if entry is None or entry[0]() is not value:
-                entry = (weakref.ref(value), fingerprint(value, state.valid))
+            version = _version(value)  # an in-place operation (ReLU(inplace=True)) changes a tensor it handed on
+            if entry is None or entry[0]() is not value or entry[2] != version or version is None:
+                entry = (weakref.ref(value), fingerprint(value, state.valid), version)
                 state.seen[id(value)] = entry
             found[place] = (tuple(value.shape), entry[1])
     elif isinstance(value, (list, tuple)):
@@ -202,6 +203,14 @@ def _walk(value: Any, place: str, found: dict[str, Any], state: _State, depth: i
     elif isinstance(value, dict):
         for key, item in value.items():
             _walk(item, f"{place}.{_key(key)}", found, state, depth + 1)
+
+
+def _version(tensor: torch.Tensor) -> int | None:
+    """The tensor's count of in-place changes, or None where it keeps none (a tensor made in inference mode)."""
+    try:
+        return tensor._version
+    except RuntimeError:
+        return None
 
 
 def _plain_data(tensor: torch.Tensor) -> bool:
