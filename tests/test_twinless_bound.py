@@ -113,6 +113,7 @@ def test_the_end_to_end_line_in_every_view(reference, reference_folder, tmp_path
     assert line in c.summary()
     assert line in c._repr_html_()
     assert line in failure_message(c, "diverge")
+    assert c.to_dataframe().attrs["end_to_end"].startswith("out of lm_head")
     banner = TraceView(c).rows["compare"]["verdict"]
     assert banner["end_to_end"].startswith("out of lm_head")
     data = c.to_dict()
