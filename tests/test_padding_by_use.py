@@ -138,3 +138,18 @@ def test_a_declared_name_that_is_not_an_input_warns_and_the_forward_runs(tmp_pat
         folder = _port(tmp_path / "b", padding_mask="nope", tokens=ids, keep=mask)
     assert any("padding_mask='nope'" in str(w.message) for w in caught)
     assert nbtrace.load_trace(folder).twin.calls and nbtrace.load_trace(folder).twin.padding is None
+
+
+def test_the_jax_capture_finds_the_mask_by_the_same_rule():
+    """nbtrace.jax's top-level inputs are numpy on the host: the same rule, by values, whatever the positions."""
+    pytest.importorskip("jax")
+    import numpy as np
+
+    from nbtrace.jax.twin import find_valid
+
+    ids, mask = (t.numpy() for t in padded_inputs(1))
+    positions = np.broadcast_to(np.arange(ids.shape[1]), ids.shape)
+    assert (find_valid((ids, positions, mask), {}) == (mask != 0)).all()  # positions first: not a mask
+    assert (find_valid((ids,), {"keep": mask}) == (mask != 0)).all()
+    assert find_valid((ids, positions), {}) is None
+    assert find_valid((ids,), {"attention_mask": np.ones_like(mask)}).all()  # all ones: leaves nothing out
