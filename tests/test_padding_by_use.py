@@ -118,8 +118,10 @@ def test_a_declared_mask_decides_where_values_cannot_and_a_missing_one_is_said(t
     segments[:, :3] = 0  # a first segment of three tokens: 0/1 with a 1 in every row, as a mask would be
     a = _reference(tmp_path / "a", ids, mask)
     found = _port(tmp_path / "found", SegmentPort, tokens=ids, segments=segments, keep=mask)
-    why = usable(nbtrace.compare(a, found))
+    refused = nbtrace.compare(a, found)
+    why = usable(refused)
     assert why is not None and "padding_mask=" in why and "kwargs.segments" in why and "kwargs.attention_mask" in why
+    assert f"not decided by the float64 twins: {why}" in refused.summary()  # said, never silently dropped
     declared = _port(tmp_path / "declared", SegmentPort, padding_mask="keep", tokens=ids, segments=segments, keep=mask)
     c = nbtrace.compare(a, declared)
     assert c.agree is True and c.decided_by == TWINS, c.summary()
