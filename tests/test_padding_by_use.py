@@ -99,7 +99,7 @@ def test_a_mask_against_position_ids_paired_by_order_is_no_difference(tmp_path, 
     ids, mask = padded_inputs(seed)
     positions = torch.arange(ids.shape[1]).expand_as(ids).contiguous()
     a = _reference(tmp_path / "a", ids, mask, position_ids=positions)
-    for bug in (None, "transposed_o"):
+    for bug in (None, "transposed_o") if seed else (None,):
         b = _port(tmp_path / f"b-{bug}", PositionsPort, [bug] if bug else [], tokens=ids, positions=positions,
                   keep=mask)
         c = nbtrace.compare(a, b)
