@@ -33,10 +33,13 @@ def _heads(x: torch.Tensor, d: int) -> torch.Tensor:
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor | None, sin: torch.Tensor | None) -> torch.Tensor:
+    """Rotary embedding by ``rotate_half`` (``[B, H, S, d]``; tables ``[B or 1, S, d]``)."""
+    import torch
+
     if cos is None or sin is None:
         return x
     half = x.shape[-1] // 2
-    turned = __import__("torch").cat((-x[..., half:], x[..., :half]), dim=-1)
+    turned = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
     return x * cos.unsqueeze(1) + turned * sin.unsqueeze(1)
 
 
