@@ -26,7 +26,7 @@ from ..recorded import named_calls
 from ..rounding_numbers import float_leaves
 from ..transfer import to_host_many
 from .fingerprint import fingerprint
-from .forward import constants_digest, digest_text, find_valid, twin_runs
+from .forward import ROUNDED, constants_digest, digest_text, find_valid, rounded_inputs, twin_runs
 from .print_numbers import fill_calls, padding_text
 from .state import CarriedState
 from .values import remember, upcast
@@ -71,19 +71,23 @@ class TwinRecorder:
     def __init__(self, model: nn.Module, class_name: str, keep_inputs: bool = True) -> None:
         self.model, self.class_name = model, class_name
         self.keep_inputs = keep_inputs  # the top-level inputs, for a trace that holds only their printout
-        self.known: dict[str | None, dict[int, tuple[Any, Any]]] = {None: {}, "float64": {}, "constants": {}}
+        self.known: dict[str | None, dict[int, tuple[Any, Any]]] = {
+            None: {}, "float64": {}, "constants": {}, **{kind: {} for kind in ROUNDED}}
         self.carried = CarriedState()  # what the model keeps in its own attributes from forward to forward
         self._constants: list[tuple[str, torch.Tensor]] | None = None  # computed on the device, once per block
+        self._rounded: list[str] = []  # the rounded runs (``forward.ROUNDED``) this model's forwards get
         self._constant_slots: list[tuple[str, Slot]] | None = None
         self._digests: list[str] | None = None
         #: why no twin is recorded in this block (``measure_rounding="auto"`` and a model too large), or None
         self.skipped: str | None = None
 
     def kinds(self) -> list[str | None]:
-        """The runs of a forward: the twin, the float64 perturbation, and the constants' one when there are any."""
+        """The runs of a forward: the twin, the float64 perturbation, the constants' one when there are any, and the
+        model rounded to bfloat16 when it stores float parameters wider than that (``forward.ROUNDED``)."""
         if self._constants is None:
             self._constants = constants_digest(self.model)
-        return [None, "float64"] + (["constants"] if self._constants else [])
+            self._rounded = [kind for kind in ROUNDED if _stores_wider(self.model, getattr(torch, kind))]
+        return [None, "float64"] + (["constants"] if self._constants else []) + self._rounded
 
     def digests(self) -> list[str]:
         """The constants' digests (sorted), once the forward that computed them has reached the host."""
@@ -98,7 +102,8 @@ class TwinRecorder:
         if self.skipped is not None:
             return TwinStart({}, None, kept, problem=f"not recorded: {self.skipped}")
         try:
-            inputs = {kind: upcast((args, kwargs), self.known[kind]) for kind in self.kinds()}
+            inputs = {kind: upcast(rounded_inputs((args, kwargs), getattr(torch, kind)) if kind in ROUNDED
+                                   else (args, kwargs), self.known[kind]) for kind in self.kinds()}
             self.carried.snapshot(self.model)
             return TwinStart(inputs, find_valid(args, kwargs), kept)
         except Exception as exc:  # noqa: BLE001 - an input that cannot be copied leaves the forward without a twin
@@ -170,6 +175,11 @@ class TwinRecorder:
         written = [key for key, _ in named_calls(root)]
         fill_calls(section, written, prints, perturbed, _on_host(numbers.run), numbers.low, numbers.events)
         return section
+
+
+def _stores_wider(model: nn.Module, dtype: torch.dtype) -> bool:
+    """True when ``model`` holds a float parameter wider than ``dtype`` (what a port may have rounded into it)."""
+    return any(p.is_floating_point() and p.dtype.itemsize > dtype.itemsize for p in model.parameters())
 
 
 def _on_host(calls: dict[str, dict[str, Slot]]) -> dict[str, dict[str, list]]:

@@ -163,7 +163,8 @@ def twin_verdict(comparison: Comparison) -> TwinVerdict | None:
     differ = tuple(twin_a.constants) != tuple(twin_b.constants)
     ignore = re.compile(comparison.ignore) if comparison.ignore else None
     stored = stored_rounding(comparison)
-    events = _events(comparison, twin_a, twin_b, _Allowance(differ, stored), ignore)
+    rounded = rounded_side(comparison) if stored else None
+    events = _events(comparison, twin_a, twin_b, _Allowance(differ, 0.0 if rounded else stored, rounded), ignore)
     verdict = TwinVerdict("nothing", events=events, constants_differ=differ, stored=stored)
     verdict.compared = sum(len(e.decided) for e in events)
     good: TwinEvent | None = None
@@ -209,10 +210,38 @@ def innermost(x: Node, y: Node) -> Node:
 @dataclass(frozen=True)
 class _Allowance:
     """What besides float64 rounding may separate two correct twins: constants computed differently (``differ``),
-    and weights stored in a narrower dtype on one side (``stored``: that dtype's unit roundoff, else 0)."""
+    and weights stored in a narrower dtype on one side (``stored``: that dtype's unit roundoff, else 0). Where the
+    wider side's twin also ran with its model rounded into the narrower side's dtype (``rounded``: "a" or "b", the
+    wider side), that run is compared instead, and the weights' rounding needs no allowance at all."""
 
     differ: bool
     stored: float
+    rounded: str | None = None
+
+
+def rounded_side(comparison: Comparison) -> str | None:
+    """"a" or "b": the side whose float64 twin also ran with its model (and its float inputs) rounded to bfloat16,
+    where the other side stores every float parameter in bfloat16 and takes its float inputs (if any) in it: that
+    run is the wider side's function as the narrower side holds it. None otherwise."""
+    dtypes = [_parameter_dtypes(comparison.a), _parameter_dtypes(comparison.b)]
+    for wide, narrow in ((0, 1), (1, 0)):
+        if dtypes[narrow] != {"bfloat16"} or not dtypes[wide] - {"bfloat16"}:
+            continue
+        trace_wide, trace_narrow = (comparison.a, comparison.b) if wide == 0 else (comparison.b, comparison.a)
+        twin = trace_wide.twin
+        if twin is None or not any(p.bf16 is not None for p in twin.of(trace_wide.root).values()):
+            continue
+        floats = [t.dtype for t in trace_narrow.root.input_tensors() if t.dtype and "float" in t.dtype]
+        if all(d.endswith("bfloat16") for d in floats):
+            return "ab"[wide]
+    return None
+
+
+def _parameter_dtypes(trace) -> set:
+    section = trace.sidecar.get("parameters") or {}
+    return {t.get("dtype") for tensors in section.values() if isinstance(tensors, dict)
+            for t in tensors.values() if isinstance(t, dict) and t.get("kind", "parameter") == "parameter"
+            and str(t.get("dtype", "")).startswith(("float", "bfloat"))}
 
 
 def stored_rounding(comparison: Comparison) -> float:
@@ -323,7 +352,12 @@ def _judge(pair: TwinPair, allowance: _Allowance, given: bool = False) -> None:
         side = "the reference's" if a.low else "the port's"
         pair.undecided = f"{side} float64 twin is not float64 from here on ({a.low or b.low})"
         return
-    difference = a.distance(b)
+    if allowance.rounded == "a" and a.bf16 is not None:
+        difference = a.distance(b, rounded=True)
+    elif allowance.rounded == "b" and b.bf16 is not None:
+        difference = b.distance(a, rounded=True)
+    else:
+        difference = a.distance(b)
     s_a, s_b = a.s64 or 0.0, b.s64 or 0.0
     constants = CONSTANT_ROUNDINGS * ((a.sconst or 0.0) + (b.sconst or 0.0)) if differ else 0.0
     # one rounding of every stored weight to the narrower dtype moves a twin by about s64 scaled from float64's
@@ -339,6 +373,9 @@ def _judge(pair: TwinPair, allowance: _Allowance, given: bool = False) -> None:
         also += f" and the weights one side stores in a narrower dtype {_n(stored)}"
     if rounded:
         also += f" and the inputs rounded once into that dtype {_n(rounded)}"
+    if allowance.rounded:
+        also += (f" (the {'reference' if allowance.rounded == 'a' else 'port'}'s twin run with its weights and inputs "
+                 f"rounded to bfloat16, as the other side stores them)")
     sentence = (f"the two float64 twins differ by {_n(difference)} (RMS, {_n(difference / scale if scale else 0.0)} "
                 f"relative) where their own float64 precision, measured, is {_n(s_a)} (reference) and {_n(s_b)} "
                 f"(port){also}, and k = {K_TWIN:g} allows {_n(allowed)}")
