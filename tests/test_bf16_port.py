@@ -91,3 +91,28 @@ def test_the_original_twin_records_its_bf16_run_and_a_bf16_model_does_not(origin
         port(input_features=mel.to(torch.bfloat16), decoder_input_ids=tokens, use_cache=False)
     b = nbtrace.load_trace(tmp_path / "port")
     assert all(p.bf16 is None for p in b.twin.of(b.root).values())
+
+
+# transformers' Llama (float32, eager) against its sdpa port cast to bfloat16: its rotary frequencies, a buffer
+# outside the state_dict, are the original's rounded to bfloat16 too, matched by the twin's rounded digests
+@pytest.fixture(scope="module")
+def llama_folder(tmp_path_factory):
+    from tests.models.precision import build_reference, make_inputs
+
+    reference = build_reference(torch.float32, seed=1)
+    folder = tmp_path_factory.mktemp("llama") / "reference"
+    with torch.no_grad(), nbtrace.trace(reference, debug_path=folder):
+        reference(**make_inputs(2), use_cache=False)
+    return reference, folder
+
+
+@pytest.mark.parametrize("case", ["clean", "gelu_tanh", "attn_scale", "down_scale"])
+def test_a_bf16_llama_port_against_its_float32_folder(llama_folder, case):
+    from tests.models.precision import CASES
+
+    reference, folder = llama_folder
+    found = next(c for c in CASES if c.name == case)
+    c = nbtrace.compare(folder, found.make_port(reference).to(torch.bfloat16))
+    named = c.first_divergence.module_path if c.first_divergence is not None else None
+    assert named == found.expected("bf16"), c.summary()
+    assert c.decided_by == "float64 twins"

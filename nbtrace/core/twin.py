@@ -101,6 +101,9 @@ class Twin:
     skipped: str | None = None
     #: where pruning left calls out of the files: every call's start ``"(" + name`` and end ``")" + name``, in order
     events: tuple[str, ...] = ()
+    #: the constants' digests rounded to bfloat16 (where the twin also ran rounded to it): a bfloat16 port holding
+    #: its constants as this model's rounded has exactly these
+    constants_bf16: tuple[str, ...] = ()
 
     def of(self, node: Node) -> dict[str, TwinPrint]:
         """Place -> fingerprint of one call (empty when the twin did not see it)."""
@@ -157,15 +160,18 @@ def parse_twin(section: Any) -> Twin:
             raise _Bad(f"calls[{name!r}] must be an object of places")
         parsed[name] = {place: _print(raw, f"calls[{name!r}][{place!r}]") for place, raw in places.items()}
     constants = section.get("constants", [])
-    if not isinstance(constants, list) or not all(isinstance(c, str) for c in constants):
-        raise _Bad("'constants' must be a list of strings")
+    rounded = section.get("constants_bf16", [])
+    for name, value in (("constants", constants), ("constants_bf16", rounded)):
+        if not isinstance(value, list) or not all(isinstance(c, str) for c in value):
+            raise _Bad(f"'{name}' must be a list of strings")
     for key in ("padding", "skipped"):
         if section.get(key) is not None and not isinstance(section.get(key), str):
             raise _Bad(f"'{key}' must be a string or null")
     events = section.get("events", [])
     if not isinstance(events, list) or not all(isinstance(e, str) and e[:1] in ("(", ")") for e in events):
         raise _Bad("'events' must be a list of strings starting with '(' or ')'")
-    return Twin(parsed, section.get("padding"), tuple(constants), section.get("skipped"), tuple(events))
+    return Twin(parsed, section.get("padding"), tuple(constants), section.get("skipped"), tuple(events),
+                tuple(rounded))
 
 
 def twin_of(trace: Trace) -> Twin | None:

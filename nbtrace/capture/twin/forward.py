@@ -74,12 +74,15 @@ def find_valid(args: tuple, kwargs: dict[str, Any]) -> torch.Tensor | None:
     return None
 
 
-def constants_digest(model: nn.Module) -> list[tuple[str, torch.Tensor]]:
+def constants_digest(model: nn.Module, rounded: torch.dtype | None = None) -> list[tuple[str, torch.Tensor]]:
     """Per float constant ``model`` holds outside its ``state_dict``: its dtype and shape, and two wrapping sums of
     its bits (plain and weighted by position) as a 2-element int64 tensor on its device; two sides whose digests
-    (``digest_text``) are equal computed the same constants bit for bit."""
+    (``digest_text``) are equal computed the same constants bit for bit. ``rounded``: the digests of the constants
+    rounded to that dtype (a port that holds them rounded has these)."""
     found = []
     for _, tensor in non_state_constants(model):
+        if rounded is not None and tensor.dtype.itemsize > rounded.itemsize:
+            tensor = tensor.detach().to(rounded)
         bits = tensor.detach().contiguous().reshape(-1).view(_INT_VIEW[tensor.element_size()]).to(torch.int64)
         weights = torch.arange(bits.numel(), device=bits.device) % 65521 + 1
         found.append((f"{str(tensor.dtype).replace('torch.', '')}:{list(tensor.shape)}",

@@ -164,6 +164,9 @@ def twin_verdict(comparison: Comparison) -> TwinVerdict | None:
     ignore = re.compile(comparison.ignore) if comparison.ignore else None
     stored = stored_rounding(comparison)
     rounded = rounded_side(comparison) if stored else None
+    if rounded is not None:  # the narrower side's constants against the wider side's rounded into its dtype
+        wide, narrow = (twin_a, twin_b) if rounded == "a" else (twin_b, twin_a)
+        differ = tuple(narrow.constants) != tuple(wide.constants_bf16 or wide.constants)
     events = _events(comparison, twin_a, twin_b, _Allowance(differ, 0.0 if rounded else stored, rounded), ignore)
     verdict = TwinVerdict("nothing", events=events, constants_differ=differ, stored=stored)
     verdict.compared = sum(len(e.decided) for e in events)
