@@ -8,6 +8,7 @@ an sdpa port with the same weights and at most one of eight classic bugs. Paths:
 - ``default``: both traced with ``nbtrace.trace``'s defaults (printed values, pruned layers, the float64 twin);
 - ``measured``: both traced with full tensors and ``measure_rounding=True`` (the twin and every call's rounding);
 - ``files``: both traced with full tensors and nothing measured (``measure_rounding=False``);
+- ``plain``: both traced with the defaults but the twin (printed values, pruned layers, ``measure_rounding=False``);
 - ``port``: a default folder of the reference against the live port (its twin run on the inputs the folder kept);
 - ``replay``: a full-tensor folder without the twin against the live port, replayed call by call;
 - ``live``: both modules live.
@@ -34,11 +35,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import nbtrace  # noqa: E402
 from tests.models.precision import CASES, DTYPES, build_reference, make_inputs  # noqa: E402
 
-PATHS = ("default", "measured", "files", "port", "replay", "live")
+PATHS = ("default", "measured", "files", "plain", "port", "replay", "live")
 #: bugs that compute the same function as the reference and only round more: the verdict must agree
 SAME_FUNCTION = {"norm_no_upcast"}
-_TRACING = {"default": {}, "port": {}, "measured": {"use_repr": False, "do_prune_layers": False,
-                                                    "measure_rounding": True},
+_TRACING = {"default": {}, "port": {}, "plain": {"measure_rounding": False},
+            "measured": {"use_repr": False, "do_prune_layers": False, "measure_rounding": True},
             "files": {"use_repr": False, "do_prune_layers": False, "measure_rounding": False},
             "replay": {"use_repr": False, "do_prune_layers": False, "measure_rounding": False}}
 

@@ -5,7 +5,9 @@ so a test that uses one calls ``require_library(name)``: the module, or a skip w
 ``NBTRACE_REQUIRE_LIBRARIES`` set (CI sets it) a missing library fails the test instead, so the suite cannot go
 green by skipping them. Some libraries import a package at import time that nothing of theirs runs when a model
 is built from code: timm imports torchvision (whose PyPI wheels do not load beside the CPU torch), whisper's
-transcription imports numba; those get stand-ins for the import only (docs: shared recipe "published libraries").
+transcription imports numba, gemma's modules import kauldron (for its typing annotations and an identity layer);
+those get stand-ins for the import only (docs: shared recipe "published libraries"). A name may be a module of a
+library (``gemma.gm.nn._modules``): the stand-ins are its library's.
 """
 
 from __future__ import annotations
@@ -21,7 +23,13 @@ from typing import Any
 import pytest
 
 #: what each library's import needs that no model built from code runs
-_STAND_INS = {"timm": ("torchvision",), "whisper": ("numba",)}
+_STAND_INS = {"timm": ("torchvision",), "whisper": ("numba",), "gemma": ("kauldron",)}
+
+
+def _placeholder(name: str) -> type:
+    """A class standing in for a name: made with anything, called it gives back what it was given (``Identity``)."""
+    return _Placeholder(name, (), {"__init__": lambda self, *args, **kwargs: None,
+                                   "__call__": lambda self, *args, **kwargs: args[0] if args else None})
 
 
 class _Placeholder(type):
@@ -30,9 +38,12 @@ class _Placeholder(type):
     def __getattr__(cls, name: str) -> Any:
         if name.startswith("__"):
             raise AttributeError(name)
-        value = _Placeholder(name, (), {"__init__": lambda self, *args, **kwargs: None})
+        value = _placeholder(name)
         setattr(cls, name, value)
         return value
+
+    def __getitem__(cls, key: Any) -> Any:  # an annotation such as kauldron.typing's Int['B L']: the class itself
+        return cls
 
 
 class _StandIn(types.ModuleType):
@@ -45,7 +56,7 @@ class _StandIn(types.ModuleType):
             raise AttributeError(name)
         if name == "jit":  # numba.jit(...) as a decorator: the function itself
             return lambda *args, **kwargs: (args[0] if args and callable(args[0]) else (lambda function: function))
-        value = _Placeholder(name, (), {"__init__": lambda self, *args, **kwargs: None})
+        value = _placeholder(name)
         setattr(self, name, value)
         return value
 
@@ -69,7 +80,7 @@ class _StandInFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 def _import_with_stand_ins(name: str) -> types.ModuleType:
     """Import ``name`` with stand-ins for the packages it imports but never runs here, then take them away again
     (so transformers' availability checks never see them)."""
-    roots = tuple(root for root in _STAND_INS.get(name, ()) if _missing(root))
+    roots = tuple(root for root in _STAND_INS.get(name.split(".")[0], ()) if _missing(root))
     if not roots:
         return importlib.import_module(name)
     finder = _StandInFinder(roots)
@@ -92,8 +103,9 @@ def _missing(package: str) -> bool:
 
 
 def require_library(name: str) -> types.ModuleType:
-    """The published library ``name`` (``timm``, ``whisper``, ``litgpt``, ...), or a skip where it is not
-    installed (a failure when ``NBTRACE_REQUIRE_LIBRARIES`` is set)."""
+    """The published library ``name`` (``timm``, ``whisper``, ``litgpt``, ...; or a module of one,
+    ``gemma.gm.nn._modules``), or a skip where it is not installed (a failure when ``NBTRACE_REQUIRE_LIBRARIES`` is
+    set)."""
     if name in sys.modules:
         return sys.modules[name]
     try:
@@ -101,4 +113,5 @@ def require_library(name: str) -> types.ModuleType:
     except ImportError as error:
         if os.environ.get("NBTRACE_REQUIRE_LIBRARIES"):
             pytest.fail(f"NBTRACE_REQUIRE_LIBRARIES is set but {name} does not import: {error}")
-        pytest.skip(f"{name} is not installed (pip install --no-deps {name}): {error}")
+        library = name.split(".")[0]
+        pytest.skip(f"{library} is not installed (pip install --no-deps {library}): {error}")

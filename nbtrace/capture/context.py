@@ -22,6 +22,7 @@ from torch import nn
 from .ranks import Ranks, plan_ranks
 from .recorder import Recorder
 from .rounding import RoundingMeter, check_mode
+from .twin.padding import check_declared
 from .speculate import Site, named_modules
 from .twin.budget import twin_unfit
 from .twin.copies import MISSING, mark_wrapper
@@ -124,6 +125,7 @@ def trace(
     *,
     ranks: Ranks = 0,
     measure_rounding: bool | str = "auto",
+    padding_mask: str | bool | None = None,
 ) -> Iterator[Recorder]:
     """Record every top-level forward of ``model`` inside the block; yields a Recorder.
 
@@ -143,10 +145,16 @@ def trace(
     every call in float64 as it records and stores each output's own and accumulated rounding
     (``node.measured``); ``"leaves"`` the own rounding of the calls of modules without submodules, and the
     twin; ``False`` nothing. See ``capture/rounding.py``, ``capture/twin/`` and docs/format.md.
+
+    ``padding_mask``: which argument of the model's forward holds its ``(batch, seq)`` padding mask, where the twin
+    leaves out the padding: None (the default) finds it (a keyword named ``*mask*``, else a 0/1 input shaped like the
+    token ids: ``capture/twin/padding.py``), a name (``"keep"``, or a place such as ``"args.1"``) declares it,
+    ``False`` says there is none. A mask of all ones is no padding.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     mode = check_mode(measure_rounding)
+    padding_mask = check_declared(padding_mask)
     plan = plan_ranks(ranks)
     records = plan.records
     folder = prepare_debug_dir(plan.debug_path(debug_path)) if records else None
@@ -154,7 +162,7 @@ def trace(
     skipped = None
     if mode == "auto":
         mode, skipped = "twin", twin_unfit(model) if records else None
-    meter = recorder.rounding = RoundingMeter(recorder, mode) if mode is not None and records else None
+    meter = recorder.rounding = RoundingMeter(recorder, mode, padding_mask) if mode is not None and records else None
     if meter is not None:
         meter.twin.skipped = skipped
     patch = _Patch()

@@ -155,10 +155,11 @@ def _version(tensor: torch.Tensor) -> int | None:
 class RoundingMeter:
     """Measures rounding for a Recorder: wraps its module calls, and its top-level forwards."""
 
-    def __init__(self, recorder: Recorder, mode: str) -> None:
+    def __init__(self, recorder: Recorder, mode: str, padding_mask: str | bool | None = None) -> None:
         self.recorder = recorder
         self.mode = mode
-        self.twin = TwinRecorder(recorder.model, recorder.class_name, keep_inputs=recorder.use_repr)
+        self.twin = TwinRecorder(recorder.model, recorder.class_name, keep_inputs=recorder.use_repr,
+                                 padding_mask=padding_mask)
         #: the twins of the model's modules that run forwards of their own (``Recorder.call_outside``), by path
         self._outside: dict[str, TwinRecorder] = {}
 
@@ -204,7 +205,9 @@ class RoundingMeter:
         if module is not None and module is not self.recorder.model:
             twin = self._outside.get(run.root)
             if twin is None:
-                twin = self._outside[run.root] = TwinRecorder(module, run.root, keep_inputs=self.recorder.use_repr)
+                twin = self._outside[run.root] = TwinRecorder(  # a declared name is the model's argument
+                    module, run.root, keep_inputs=self.recorder.use_repr,
+                    padding_mask=False if self.twin.padding_mask is False else None)
             twin.skipped = self.twin.skipped  # too large for a float64 copy: its modules too
             measures.twin = twin
         with self.paused():

@@ -6,14 +6,17 @@ own casts (``capture/twin/``), and keeps at every call a fingerprint of each flo
 twin: 16 random-sign sums of its values (``capture/twin/fingerprint.py``). Two twins from the same inputs are two
 float64 functions; the RMS of their difference at a call is estimated from the fingerprints alone::
 
-    {"version": 1, "sums": 16, "padding": "<digest of the padding mask>" | null,
+    {"version": 1, "sums": 16, "padding": "<digest of the padding mask>" | null, "padding_from": "<its place>",
      "constants": ["<dtype>:<shape>:<digest>", ...], "skipped": "<why no twin was recorded>" (only then),
      "calls": {"<call name>": {"<place>": {"shape": [..], "p": "<base64 of 16 float64>",
                                              "n": kept, "rms": x, "out": k, "s64": x, "sconst": x, "low": "...",
                                              "acc": x, "run_rms": x, "run_out": k}}}}
 
-Calls pruning left out of the files are kept too, and ``events`` then lists every call's start (``"(" + name``)
-and end (``")" + name``) in the order the twin made them, so a verdict can name a module inside pruned layers.
+``padding`` is the ``(batch, seq)`` padding mask's shape and two sums of it (``"[2, 7]:c:4f"``), null where the run had
+no mask or one of all ones (it left nothing out); ``padding_from`` the top-level input it was found at
+(``capture/twin/padding.py``). Calls pruning left out of the files are kept too, and ``events`` then lists every
+call's start (``"(" + name``) and end (``")" + name``) in the order the twin made them, so a verdict can name a
+module inside pruned layers.
 ``n`` elements were kept (padding rows, NaNs and sentinels left out: ``out`` of them), ``rms`` is their RMS;
 ``acc`` the RMS of what the run itself returned there against the twin (the rounding it accumulated, estimated
 from the fingerprints; outputs only), ``run_rms`` the RMS of the run's output (exact), ``run_out`` how many NaN,
@@ -101,9 +104,24 @@ class Twin:
     skipped: str | None = None
     #: where pruning left calls out of the files: every call's start ``"(" + name`` and end ``")" + name``, in order
     events: tuple[str, ...] = ()
+    padding_from: str | None = None  # the top-level input the padding mask was found at
     #: the constants' digests rounded to bfloat16 (where the twin also ran rounded to it): a bfloat16 port holding
     #: its constants as this model's rounded has exactly these
     constants_bf16: tuple[str, ...] = ()
+
+    @property
+    def padded(self) -> tuple[list[int], int] | None:
+        """The padding mask's shape and how many positions it leaves out, or None: no padding (no mask, or an
+        older file's mask of all ones, which leaves nothing out)."""
+        if self.padding is None:
+            return None
+        try:
+            shape_text, plain = self.padding.split(":")[:2]
+            shape = [int(d) for d in shape_text.strip("[]").split(",") if d.strip()]
+            left_out = math.prod(shape) - int(plain, 16)
+        except ValueError:
+            return [], -1  # not a digest this nbtrace reads: it compares as its text only
+        return (shape, left_out) if left_out else None
 
     def of(self, node: Node) -> dict[str, TwinPrint]:
         """Place -> fingerprint of one call (empty when the twin did not see it)."""
@@ -164,14 +182,14 @@ def parse_twin(section: Any) -> Twin:
     for name, value in (("constants", constants), ("constants_bf16", rounded)):
         if not isinstance(value, list) or not all(isinstance(c, str) for c in value):
             raise _Bad(f"'{name}' must be a list of strings")
-    for key in ("padding", "skipped"):
+    for key in ("padding", "skipped", "padding_from"):
         if section.get(key) is not None and not isinstance(section.get(key), str):
             raise _Bad(f"'{key}' must be a string or null")
     events = section.get("events", [])
     if not isinstance(events, list) or not all(isinstance(e, str) and e[:1] in ("(", ")") for e in events):
         raise _Bad("'events' must be a list of strings starting with '(' or ')'")
     return Twin(parsed, section.get("padding"), tuple(constants), section.get("skipped"), tuple(events),
-                tuple(rounded))
+                section.get("padding_from"), tuple(rounded))
 
 
 def twin_of(trace: Trace) -> Twin | None:

@@ -26,6 +26,7 @@ from .align.align import Alignment, align
 from .verdict.divergence import FirstDivergence, first_divergence
 from .verdict.evidence import CallDifference
 from .align.flow import Flow, TensorCache
+from .measure.end_to_end import end_to_end
 from .measure.full_pairs import FullPairs
 from .measure.metrics import TensorDiff
 from .measure.noise import PairStats, dtype_name, padding_rows
@@ -34,6 +35,7 @@ from .align.pairing import compile_ignore
 from .ranks.ranked import call_comparer, ranked_rename
 from .verdict.report import node_report
 from .verdict.weights import WeightFinding, compare_parameters
+from .verdict.weighted import weighted_divergence
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas
@@ -137,8 +139,8 @@ class Comparison:
             return
         categorical = any(d.ok is False and (d.problem is not None or d.basis == "shape" or d.rtol == 0)
                           for d in found.diffs if d.io == found.io)
-        if categorical or found.weights:
-            self.first_divergence = found
+        if (named := weighted_divergence(self, found, categorical)) is not None:  # a weight: at its own module
+            self.first_divergence = named
             return
         size = found.max_rel if found.max_rel is not None else max(found.stat_diffs.values(), default=0.0)
         self.unresolved = (found.module_path, (
@@ -285,6 +287,11 @@ class Comparison:
                 agree[path] = agree.get(path, True) and _same_product(match)
             self._weights = compare_parameters(self.alignment.pairs, a_section, b_section, agree)
         return list(self._weights)
+
+    @property
+    def end_to_end(self):
+        """The final outputs' difference, whatever decided the verdict (``measure/end_to_end.py``)."""
+        return end_to_end(self)
 
     @property
     def precision(self) -> list:

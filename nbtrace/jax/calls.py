@@ -8,22 +8,32 @@ siblings of one class the model itself numbers from 0 (``layer_0``… as Gemma n
 ``blocks``, ``encoderblock_0``… of a compact method): the recorded forward shows the whole group, then every call is
 named again (``CallNames.learn``). Every other name is kept as the model wrote it (``ln_1``; ``Dense_0``, a name
 Flax made from the class). A method other than ``__call__`` is a call of
-its own, named after it (``FlaxDecoder.embedder.decode``); ``setup`` and private methods are not calls.
+its own, named after it (``FlaxDecoder.embedder.decode``); ``setup`` and private methods are not calls. A module that
+shares the scope of the call it runs in (``nn.share_scope``) is a call of its own, named as ``scopes.py`` says.
+
+A call's arguments are recorded by the names of the method's parameters (``kwargs.x``, ``kwargs.attn_mask``), as a
+PyTorch model's call recorded with keywords reads: a position says nothing across frameworks, where a name does.
+Only the values of a ``*args`` parameter, which have no name, stay positional (``args.0``); the root's arguments
+are recorded as the user passed them to ``apply``, as the PyTorch capture records a top-level forward.
 """
 
 from __future__ import annotations
 
+import inspect
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from .scopes import SharedScopes, is_shared
 
 _LIST_ITEM = re.compile(r"^(.+)_(\d+)$")
 
 
 @dataclass
 class Call:
-    """One method call of one module: its path, what it was given and what it returned."""
+    """One method call of one module: its path, what it was given (``args``/``kwargs`` as recorded: by parameter
+    name; ``given``: as passed, to run it) and what it returned."""
 
     path: str
     module: Any
@@ -35,6 +45,9 @@ class Call:
     children: list[Call] = field(default_factory=list)
     error: BaseException | None = None
     index: int = 0  # how many calls of this path came before it in the forward
+    given: tuple[tuple, dict[str, Any]] = ((), {})
+    shared: bool = False  # its module shares the scope of the call it runs in (``scopes.py``)
+    owns: set[tuple[str, str]] = field(default_factory=set)  # (collection, name): variables it read, if shared
 
     def walk(self) -> list[Call]:
         """This call and every call below it, in call order."""
@@ -57,6 +70,7 @@ class CallNames:
         self.root = root
         self._items: dict[tuple[str, ...], bool] = {}  # scope path -> an item of a list attribute of its parent
         self._classes: dict[tuple[str, ...], str] = {}
+        self.shared = SharedScopes()
 
     @staticmethod
     def scope_of(module: Any) -> tuple[str, ...]:
@@ -88,8 +102,14 @@ class CallNames:
             numbers = sorted(int(_LIST_ITEM.match(m[-1]).group(2)) for m in members)
             if len(members) >= 2 and numbers == list(range(len(members))):  # 0, 1, …: not ln_1 and ln_2
                 self._items.update(dict.fromkeys(members, True))
-        for call in top.walk()[1:]:
+        counts: dict[str, int] = {}
+        for call, running in _with_running(top):
+            if call.shared:  # named under the call it runs in, as that one is named now; its variables filed there
+                call.scope = (*running.scope, self.shared.name(call.module))
+                self.shared.own(call.module, call.owns, call.scope)
             call.path = self.call_path(call.scope, call.method)
+            call.index = counts.get(call.path, 0)
+            counts[call.path] = call.index + 1
 
     def module_path(self, scope_path: tuple[str, ...]) -> str:
         """The module path of a Flax scope path (also of a variable's collection keys, for ``parameters``)."""
@@ -101,6 +121,50 @@ class CallNames:
             else:
                 parts.append(name)
         return ".".join(parts)
+
+
+def _with_running(top: Call) -> list[tuple[Call, Call]]:
+    """Every call below ``top`` in call order, each with the call it ran in."""
+    found, stack = [], [(child, top) for child in reversed(top.children)]
+    while stack:
+        call, running = stack.pop()
+        found.append((call, running))
+        stack.extend((child, call) for child in reversed(call.children))
+    return found
+
+
+_SIGNATURES: dict[tuple[type, str], inspect.Signature | None] = {}
+
+
+def named_arguments(module: Any, method: str, args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, dict[str, Any]]:
+    """``args`` and ``kwargs`` of a call of ``module.method`` bound to the method's parameter names (in the order of
+    its signature; a ``*args`` parameter's values stay positional, a ``**kwargs`` one's keep their keys); as given
+    where the signature cannot be read or does not take them (the call then raises on its own)."""
+    key = (type(module), method)
+    if key not in _SIGNATURES:
+        try:
+            signature = inspect.signature(getattr(type(module), method))
+            _SIGNATURES[key] = signature.replace(parameters=list(signature.parameters.values())[1:])  # no self
+        except (AttributeError, TypeError, ValueError):
+            _SIGNATURES[key] = None
+    signature = _SIGNATURES[key]
+    try:
+        bound = signature.bind(*args, **kwargs) if signature is not None else None
+    except TypeError:
+        bound = None
+    if bound is None:
+        return tuple(args), dict(kwargs)
+    rest: tuple = ()
+    named: dict[str, Any] = {}
+    for name, value in bound.arguments.items():
+        kind = signature.parameters[name].kind
+        if kind is inspect.Parameter.VAR_POSITIONAL:
+            rest = tuple(value)
+        elif kind is inspect.Parameter.VAR_KEYWORD:
+            named.update(value)
+        else:
+            named[name] = value
+    return rest, named
 
 
 def _list_item(module: Any) -> bool:
@@ -133,8 +197,21 @@ class CallRecorder:
         if not is_recorded_method(method):
             return next_fun(*args, **kwargs)
         module = context.module
-        path = self.names.root if self.top is None and not self._stack else self.names.path(module, method)
-        return self.record(path, module, self.names.scope_of(module), method, args, kwargs, next_fun)
+        if self.top is None and not self._stack:
+            return self.record(self.names.root, module, self.names.scope_of(module), method, args, kwargs, next_fun)
+        running = self._stack[-1] if self._stack else None
+        if is_shared(module, running):
+            scope = (*running.scope, self.names.shared.name(module))
+            return self.record(self.names.call_path(scope, method), module, scope, method, args, kwargs, next_fun,
+                               shared=True)
+        return self.record(self.names.path(module, method), module, self.names.scope_of(module), method, args, kwargs,
+                           next_fun)
+
+    def read(self, scope: Any, collection: str, name: str) -> None:
+        """A variable a Flax scope handed out (``scopes.watching_reads``): the running call's own, if it shares
+        that scope."""
+        if self._stack and self._stack[-1].shared and scope is getattr(self._stack[-1].module, "scope", None):
+            self._stack[-1].owns.add((collection, name))
 
     def record_scope(self, module: Any, scope: tuple[str, ...], args: tuple, kwargs: dict[str, Any],
                      next_fun: Callable) -> Any:
@@ -143,10 +220,13 @@ class CallRecorder:
         return self.record(path, module, scope, "__call__", args, kwargs, next_fun)
 
     def record(self, path: str, module: Any, scope: tuple[str, ...], method: str, args: tuple,
-               kwargs: dict[str, Any], next_fun: Callable) -> Any:
+               kwargs: dict[str, Any], next_fun: Callable, shared: bool = False) -> Any:
         index = self._counts.get(path, 0)
         self._counts[path] = index + 1
-        call = Call(path, module, scope, method, tuple(args), dict(kwargs), index=index)
+        root = self.top is None and not self._stack
+        named = (tuple(args), dict(kwargs)) if root else named_arguments(module, method, args, kwargs)
+        call = Call(path, module, scope, method, *named, index=index, given=(tuple(args), dict(kwargs)),
+                    shared=shared)
         if self._stack:
             self._stack[-1].children.append(call)
         elif self.top is None:
@@ -162,6 +242,8 @@ class CallRecorder:
             raise
         finally:
             self._stack.pop()
+            if shared:
+                self.names.shared.settle(module, call.owns)
         if self._on_return is not None:
             self._on_return(call)
         return call.out

@@ -10,6 +10,7 @@ in float64, merged again (``nnx.split`` / ``nnx.merge``): the user's model is no
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -38,6 +39,7 @@ def intercepted(model: Any, recorder: CallRecorder) -> Iterator[None]:
     defined = {cls: "__call__" in cls.__dict__ for cls in classes}
 
     def wrap(original: Callable) -> Callable:
+        @functools.wraps(original)  # its signature is the original's: arguments are recorded by their names
         def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
             scope = paths.get(id(self))
             if scope is None:

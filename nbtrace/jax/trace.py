@@ -19,6 +19,7 @@ from .fingerprint import fingerprint
 from .nnx import intercepted, is_nnx
 from .numerics import numerics_section
 from .parameters import parameters_section
+from .scopes import watching_reads
 from .serialize import Serializer, host, is_array, remove_files
 from .twin import find_valid, padding_digest, run_twin, twin_section, twin_unfit
 from .values import eager_remat, float_leaves
@@ -96,7 +97,7 @@ def trace(model: Any, variables: Any = None, *args: Any, method: Any = None, deb
                 with intercepted(model, recorder):
                     output = (getattr(model, method) if method else model)(*args, **kwargs)
             else:
-                with nn.intercept_methods(recorder):
+                with nn.intercept_methods(recorder), watching_reads(recorder):
                     output = model.apply(variables, *args, method=method, **options, **kwargs)
     except Exception as exc:  # the trace of what ran is written, marked with the error, then it is raised
         failure = exc

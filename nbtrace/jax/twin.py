@@ -72,7 +72,7 @@ class TwinCalls:
         try:
             for name in saved:
                 object.__setattr__(call.module, name, jnp.float64)
-            out = next_fun(*call.args, **call.kwargs)
+            out = next_fun(*call.given[0], **call.given[1])
         finally:
             for name, value in saved.items():
                 object.__setattr__(call.module, name, value)

@@ -80,6 +80,7 @@ function verdictBanner(banner, p, goFirst, firstName) {
     line.append(el("span", "nbt-verdict-where", v.headline.split(": ").slice(1).join(": ") || v.headline));
   }
   const parts = [line];
+  if (v.end_to_end) parts.push(el("div", "nbt-verdict-end", `${vocab.words.end_to_end}: ${v.end_to_end}`));
   if (d && d.evidence.length) parts.push(el("div", "nbt-verdict-evidence", d.evidence[0].line));
   else if (d && d.reason) parts.push(el("div", "nbt-verdict-evidence", d.reason));
   for (const note of v.notes) parts.push(el("div", "nbt-verdict-note", `${vocab.words.notes}: ${note}`));

@@ -10,7 +10,7 @@ import textwrap
 from typing import Any
 
 from .verdict import verdict_words
-from .vocabulary import DECIDED_BY_LABEL, PRECISION_LABEL
+from .vocabulary import DECIDED_BY_LABEL, END_TO_END_LABEL, PRECISION_LABEL
 
 #: the first line of each kind of failure
 FAILURE_HEADLINES = {
@@ -44,6 +44,8 @@ def failure_message(comparison: Any, kind: str) -> str:
         lines.append(words.headline)
     elif kind == "diverge":
         lines.append(comparison.summary().splitlines()[0])
+    if words is not None and words.end_to_end:  # right under the headline: the line porters check first
+        lines.insert(min(2, len(lines)), f"  {END_TO_END_LABEL}: {words.end_to_end}")
     if words is not None and words.decided_by:
         lines.append(f"  {DECIDED_BY_LABEL}: {words.decided_by}")
     return "\n".join(_wrapped(line) for line in lines)

@@ -18,6 +18,7 @@ from .shards import one_rank_hint, reassembly_line
 from .verdict import VerdictWords, verdict_words
 from .vocabulary import (
     DECIDED_BY_LABEL,
+    END_TO_END_LABEL,
     DIFFERENCE_MEANINGS,
     NUMERICS_LABEL,
     STATUS_WORDS,
@@ -64,6 +65,11 @@ def comparison_html(comparison: Comparison, max_rows: int = 300, divergence: Any
 
 
 def _verdict_html(comparison: Comparison, words: VerdictWords) -> str:
+    end = f"<div>{END_TO_END_LABEL}: {escape(words.end_to_end)}</div>" if words.end_to_end else ""
+    return _module_verdict_html(comparison, words).replace("</div>", "</div>" + end, 1)
+
+
+def _module_verdict_html(comparison: Comparison, words: VerdictWords) -> str:
     title = badge(f"{words.mark} {words.word}", VERDICT_COLOURS.get(words.verdict, "diverged"))
     div = words.divergence
     if div is None:

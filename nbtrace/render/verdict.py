@@ -18,6 +18,9 @@ from .shards import divergence_line
 from .vocabulary import (
     DECIDED_BY_LABEL,
     DECIDED_BY_WORDS,
+    END_TO_END_LABEL,
+    END_TO_END_WORDS,
+    TOP_K_WORDS,
     NUMERICS_LABEL,
     PRECISION_LABEL,
     AGREE_ROUNDING_SENTENCE,
@@ -183,14 +186,18 @@ class VerdictWords:
     decided_by: str | None = None  # which rule decided (``Comparison.decided_by``), in words
     numerics: list[str] = field(default_factory=list)  # what each side computed with (``trace.numerics``)
     precision: list[str] = field(default_factory=list)  # where the port's run lost what the reference's kept
+    end_to_end: str | None = None  # the final outputs' difference (``end_to_end_line``)
 
     @property
     def lines(self) -> list[str]:
-        """The verdict block of the text summary (after the facts and notes)."""
+        """The verdict block of the text summary (after the facts and notes): the end-to-end line right under the
+        verdict's first line."""
         if self.divergence is not None:
             lines = list(self.divergence.lines)
         else:
             lines = [self.headline]
+        if self.end_to_end:
+            lines.insert(1, f"  {END_TO_END_LABEL}: {self.end_to_end}")
         lines.extend(f"  {PRECISION_LABEL}: {line}" for line in self.precision)
         if self.suspects:
             lines.append(f"  {SUSPECTS_WORDS}: {', '.join(self.suspects)}")
@@ -243,7 +250,24 @@ def verdict_words(comparison: Any, divergence: Any = None) -> VerdictWords:
         decided_by=DECIDED_BY_WORDS.get(getattr(comparison, "decided_by", None) or "", None),
         numerics=numerics_lines(comparison),
         precision=[f"{p.module_path} ({p.rule}): {p.sentence}" for p in _precision(comparison)],
+        end_to_end=end_to_end_line(comparison),
     )
+
+
+def end_to_end_line(comparison: Any) -> str | None:
+    """The final outputs' difference in words (``Comparison.end_to_end``): the line porters check first."""
+    try:
+        found = getattr(comparison, "end_to_end", None)
+    except Exception:  # noqa: BLE001 - a duck-typed comparison without files: none
+        return None
+    if found is None:
+        return None
+    line = END_TO_END_WORDS.format(arg=found.arg, path=found.path.rsplit(".", 1)[-1],
+                                   max_abs=format_number(found.max_abs), max_rel=format_number(found.max_rel),
+                                   basis=found.basis or "no data")
+    if found.positions:
+        line += "; " + TOP_K_WORDS.format(top1=found.top1, top5=found.top5, positions=found.positions)
+    return line
 
 
 def numerics_lines(comparison: Any) -> list[str]:

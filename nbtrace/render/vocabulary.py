@@ -110,6 +110,10 @@ DECIDED_BY_WORDS = {
                          "kernel produces)",
 }
 NUMERICS_LABEL = "numerics"
+#: the final outputs' difference, beside the module verdict (``Comparison.end_to_end``)
+END_TO_END_LABEL = "end to end"
+END_TO_END_WORDS = "{arg} of {path}: max |Δ| {max_abs} ({max_rel} relative; {basis})"
+TOP_K_WORDS = "top-1 token agrees at {top1}/{positions} positions, top-5 set at {top5}/{positions}"
 UNRESOLVED_AT = "unresolved at {path}"
 
 # -- one call's difference (``diff.verdict.evidence.CallDifference``) and the evidence of a verdict ---------
@@ -279,6 +283,7 @@ WIDGET_WORDS = {
     "nan_inside": "NaN/inf inside",
     "tolerance": "tolerance",
     "suspects": SUSPECTS_WORDS,
+    "end_to_end": END_TO_END_LABEL,
     "scale_mark": "▲▼ scale",
     "nan_legend": "a tensor of this call holds a NaN or an infinity",
     "scale_legend": "bar: the output's rms on a log scale, 10⁻³ to 10³",

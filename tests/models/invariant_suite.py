@@ -7,6 +7,8 @@ Methods, one per path a user takes:
 - ``port``: such a default folder of the reference against the live port (its twin run on the inputs the folder
   kept);
 - ``files``: two full-tensor folders traced without the twin (``measure_rounding=False``): nothing measured;
+- ``plain``: two folders with the defaults but the twin (printed values, pruned layers, ``measure_rounding=False``):
+  what transformers' debugger and the drop-in write;
 - ``measured``: two full-tensor folders traced with ``measure_rounding=True`` (the twin, and every call's rounding);
 - ``replay``: a full-tensor folder without the twin against the live port, replayed call by call;
 - ``live``: both modules live.
@@ -27,10 +29,10 @@ import torch
 import nbtrace
 from tests.models import invariant_ports as ip
 
-METHODS = ("default", "port", "files", "measured", "replay", "live")
+METHODS = ("default", "port", "files", "plain", "measured", "replay", "live")
 #: how each folder-based method traces: (use_repr, do_prune_layers, measure_rounding)
 _TRACING = {"default": (True, True, "auto"), "port": (True, True, "auto"), "files": (False, False, False),
-            "measured": (False, False, True), "replay": (False, False, False)}
+            "plain": (True, True, False), "measured": (False, False, True), "replay": (False, False, False)}
 
 
 @dataclass

@@ -41,6 +41,7 @@ from .copies import copy_in, non_state_constants
 from .state import CarriedState
 from .fingerprint import fingerprint
 from .numerics import float64_twin
+from .padding import padding_candidates
 
 PERTURBATIONS = ("float64", "constants")
 #: the narrower dtypes a port commonly stores a model in: the twin runs once more with the model rounded into each
@@ -60,18 +61,45 @@ class TwinRun:
     events: list[str] = field(default_factory=list)
 
 
-def find_valid(args: tuple, kwargs: dict[str, Any]) -> torch.Tensor | None:
-    """The ``(batch, sequence)`` padding mask of a model's inputs (True: a real token), or None: a 2-D integer or
-    bool keyword whose name holds ``mask``, else a positional one after the first argument and shaped like it.
-    Its values are not read (on a GPU that would wait for the device): an all-ones mask leaves nothing out."""
-    candidates = [v for k, v in kwargs.items() if "mask" in k and isinstance(v, torch.Tensor)]
-    first = args[0] if args and isinstance(args[0], torch.Tensor) else None
-    if not candidates and first is not None:
-        candidates = [v for v in args[1:] if isinstance(v, torch.Tensor) and v.shape == first.shape]
-    for mask in candidates:
-        if mask.ndim == 2 and not mask.is_floating_point() and not mask.is_complex():
-            return mask != 0
-    return None
+@dataclass
+class Padding:
+    """A forward's padding mask (``padding.py``): ``valid`` (True: a real token; None: no mask) and where it was
+    found: ``places[0]`` where declared or named; where found by its values, the index of the candidate in
+    ``places`` that holds it, ``chosen`` (on the device, -1 for none: ``valid`` then leaves nothing out)."""
+
+    valid: torch.Tensor | None = None
+    places: list[str] = field(default_factory=list)
+    chosen: torch.Tensor | None = None
+
+
+def find_valid(args: tuple, kwargs: dict[str, Any], declared: str | bool | None = None) -> Padding:
+    """The padding mask of a model's top-level inputs by ``padding.py``'s rule, with no read of their values (on a GPU
+    that would wait for the device): candidates found by their values are tested on the device, and the first that
+    holds a mask chosen there. ``declared`` names an input that is not a ``(batch, seq)`` integer tensor: ValueError."""
+    found = {f"args.{i}": v for i, v in enumerate(args) if isinstance(v, torch.Tensor)}
+    found.update((f"kwargs.{k}", v) for k, v in kwargs.items() if isinstance(v, torch.Tensor))
+    inputs = [(place, tuple(t.shape), not t.is_floating_point() and not t.is_complex()) for place, t in found.items()]
+    places, named = padding_candidates(inputs, declared)
+    if isinstance(declared, str):
+        mask = found.get(places[0]) if places else None
+        if mask is None or mask.ndim != 2 or mask.is_floating_point() or mask.is_complex():
+            raise ValueError(f"padding_mask={declared!r} names no (batch, seq) integer or bool tensor among the "
+                             f"forward's inputs ({', '.join(found) or 'none'})")
+    if not places:
+        return Padding()
+    if named:
+        return Padding(found[places[0]] != 0, places[:1])
+    first = found[places[0]]
+    places = [place for place in places if found[place].shape == first.shape and found[place].device == first.device]
+    valid = torch.ones(first.shape, dtype=torch.bool, device=first.device)
+    chosen = torch.tensor(-1, device=first.device)
+    for index in reversed(range(len(places))):  # the first candidate that holds a mask wins
+        candidate = found[places[index]]
+        binary = ((candidate == 0) | (candidate == 1)).all()
+        holds = binary & (candidate != 0).any(dim=1).all()  # ``padding.holds_mask``, on the device
+        valid = torch.where(holds, candidate != 0, valid)
+        chosen = torch.where(holds, index, chosen)
+    return Padding(valid, places, chosen)
 
 
 def constants_digest(model: nn.Module, rounded: torch.dtype | None = None) -> list[tuple[str, torch.Tensor]]:
@@ -145,7 +173,7 @@ class _State:
     def __init__(self, valid: torch.Tensor | None) -> None:
         self.valid = valid
         self.result = TwinRun()
-        self.seen: dict[int, tuple[Any, torch.Tensor]] = {}
+        self.seen: dict[int, tuple[Any, Any, int | None]] = {}
         self.observe: Callable[[str, Any], None] | None = None
         self.mode: Any = None
 
@@ -201,8 +229,9 @@ def _walk(value: Any, place: str, found: dict[str, Any], state: _State, depth: i
     if isinstance(value, torch.Tensor):
         if (value.is_floating_point() or value.is_complex()) and value.numel() > 0 and _plain_data(value):
             entry = state.seen.get(id(value))
-            if entry is None or entry[0]() is not value:
-                entry = (weakref.ref(value), fingerprint(value, state.valid))
+            version = _version(value)  # an in-place operation (ReLU(inplace=True)) changes a tensor it handed on
+            if entry is None or entry[0]() is not value or entry[2] != version or version is None:
+                entry = (weakref.ref(value), fingerprint(value, state.valid), version)
                 state.seen[id(value)] = entry
             found[place] = (tuple(value.shape), entry[1])
     elif isinstance(value, (list, tuple)):
@@ -211,6 +240,14 @@ def _walk(value: Any, place: str, found: dict[str, Any], state: _State, depth: i
     elif isinstance(value, dict):
         for key, item in value.items():
             _walk(item, f"{place}.{_key(key)}", found, state, depth + 1)
+
+
+def _version(tensor: torch.Tensor) -> int | None:
+    """The tensor's count of in-place changes, or None where it keeps none (a tensor made in inference mode)."""
+    try:
+        return tensor._version
+    except RuntimeError:
+        return None
 
 
 def _plain_data(tensor: torch.Tensor) -> bool:

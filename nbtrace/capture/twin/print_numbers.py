@@ -85,6 +85,9 @@ def fill_calls(section: dict[str, Any], written: list[str],
             for place, (shape, values) in places.items()}
 
 
-def padding_text(shape: Sequence[int], sums: Sequence[int]) -> str:
-    """The section's ``padding``: the padding mask's shape and its two sums (plain, weighted by position)."""
+def padding_text(shape: Sequence[int], sums: Sequence[int]) -> str | None:
+    """The section's ``padding``: the padding mask's shape and its two sums (plain, weighted by position); None for a
+    mask of all ones, which leaves nothing out: no padding, the same as no mask."""
+    if int(sums[0]) == math.prod(shape):
+        return None
     return f"{list(shape)}:" + ":".join(f"{int(v) & 0xFFFFFFFFFFFFFFFF:x}" for v in sums)

@@ -13,6 +13,7 @@ exception: measuring never costs the user their forward.
 
 from __future__ import annotations
 
+import warnings
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,7 +27,7 @@ from ..recorded import named_calls
 from ..rounding_numbers import float_leaves
 from ..transfer import to_host_many
 from .fingerprint import fingerprint
-from .forward import ROUNDED, constants_digest, digest_text, find_valid, rounded_inputs, twin_runs
+from .forward import ROUNDED, Padding, constants_digest, digest_text, find_valid, rounded_inputs, twin_runs
 from .print_numbers import fill_calls, padding_text
 from .state import CarriedState
 from .values import remember, upcast
@@ -45,6 +46,7 @@ class TwinStart:
     inputs: dict[str | None, tuple[tuple, dict[str, Any]]]
     valid: torch.Tensor | None
     tensors: dict[str, torch.Tensor] = field(default_factory=dict)  # top-level input tensors, by place
+    padding: Padding = field(default_factory=Padding)  # where the padding mask was found (``padding.py``)
     problem: str | None = None
     #: call name -> place -> the fingerprint of what the run itself returned, on its way to the host
     run: dict[str, dict[str, Slot]] = field(default_factory=dict)
@@ -63,13 +65,17 @@ class TwinNumbers:
     problem: str | None = None
     run: dict[str, dict[str, Slot]] = field(default_factory=dict)  # the run's own outputs (``TwinStart.run``)
     events: list[str] = field(default_factory=list)  # the twin's calls starting and ending, in order
+    #: the padding mask's place: its name, or the candidates and the slot of the one chosen on the device
+    padding_from: tuple[list[str], Slot | None] = ([], None)
 
 
 class TwinRecorder:
     """The twin of every top-level forward of one ``nbtrace.trace`` block."""
 
-    def __init__(self, model: nn.Module, class_name: str, keep_inputs: bool = True) -> None:
+    def __init__(self, model: nn.Module, class_name: str, keep_inputs: bool = True,
+                 padding_mask: str | bool | None = None) -> None:
         self.model, self.class_name = model, class_name
+        self.padding_mask = padding_mask  # declared by the user (``padding.py``), or None: found
         self.keep_inputs = keep_inputs  # the top-level inputs, for a trace that holds only their printout
         self.known: dict[str | None, dict[int, tuple[Any, Any]]] = {
             None: {}, "float64": {}, "constants": {}, **{kind: {} for kind in ROUNDED}}
@@ -112,9 +118,21 @@ class TwinRecorder:
             inputs = {kind: upcast(rounded_inputs((args, kwargs), getattr(torch, kind)) if kind in ROUNDED
                                    else (args, kwargs), self.known[kind]) for kind in self.kinds()}
             self.carried.snapshot(self.model)
-            return TwinStart(inputs, find_valid(args, kwargs), kept)
+            padding = self._padding(args, kwargs)
+            return TwinStart(inputs, padding.valid, kept, padding=padding)
         except Exception as exc:  # noqa: BLE001 - an input that cannot be copied leaves the forward without a twin
             return TwinStart({}, None, problem=f"its inputs could not be copied to float64 ({_describe(exc)})")
+
+    def _padding(self, args: tuple, kwargs: dict[str, Any]) -> Padding:
+        """The forward's padding mask and its place (``forward.find_valid``); a declared name that is not among the
+        inputs is a warning, never the end of the user's forward."""
+        try:
+            return find_valid(args, kwargs, self.padding_mask)
+        except ValueError as exc:
+            warnings.warn(f"nbtrace: {exc}; this forward's float64 twin keeps every position", stacklevel=4)
+        except Exception:  # noqa: BLE001 - candidates nbtrace cannot test (meta tensors): no mask
+            pass
+        return Padding()
 
     def note_run(self, start: TwinStart | None, key: str, out: Any, batch: HostBatch) -> None:
         """Fingerprint the float outputs a call of the run returned (each tensor once): against the twin's at the
@@ -140,6 +158,8 @@ class TwinRecorder:
              observe: Callable[[str, Any], None] | None = None) -> TwinNumbers:
         """Run the twin and its perturbations after the forward returned ``out``; the numbers join ``batch``."""
         numbers = TwinNumbers({}, {}, {}, {}, _digest(start.valid, batch), start.problem, start.run)
+        found = start.padding
+        numbers.padding_from = (found.places, batch.add(found.chosen.reshape(1)) if found.chosen is not None else None)
         start.seen = {}
         if self._constant_slots is None and self._constants is not None:
             self._constant_slots = [(head, batch.add(sums)) for head, sums in self._constants]
@@ -180,7 +200,11 @@ class TwinRecorder:
             return section
         if numbers.padding is not None:
             shape, slot = numbers.padding
-            section["padding"] = padding_text(shape, slot.values())
+            section["padding"] = padding_text(shape, slot.values())  # None: it left nothing out
+            places, chosen = numbers.padding_from
+            index = int(chosen.values()[0]) if chosen is not None else 0
+            if section["padding"] is not None and 0 <= index < len(places):
+                section["padding_from"] = places[index]
         prints = {key: {place: (numbers.shapes[key][place], slot.values()) for place, slot in slots.items()}
                   for key, slots in numbers.slots.items()}
         perturbed = {kind: _on_host(calls) for kind, calls in numbers.perturbed.items()}

@@ -31,7 +31,9 @@ def compare_calls(
     """Pair the tensors of two calls (inputs with inputs, outputs with outputs) and compare each pair.
 
     Tensors pair by argument name when shapes agree (up to leading size-1 dimensions), else by shape in order,
-    within the same kind (float, int, bool); tensors left over are not compared.
+    within the same kind (float, int, bool); tensors left over are not compared. Integer and bool tensors paired by
+    order (other names) pair only where their values agree (``_by_values``): an attention mask against position ids
+    is no difference of the port.
     A leaf output with the same name but another number of elements pairs as a shape mismatch; with as many
     elements in another shape it is another layout of values (a convolution's ``[B, C, H, W]`` against a linear
     patch projection's ``[B, H*W, C]``), which the calls that read it judge, and it is not compared.
@@ -47,10 +49,32 @@ def compare_calls(
             pick = _pick(arg, tensor, theirs, used, io)
             if pick is None:
                 continue
-            used.add(pick)
             b_arg, other = theirs[pick]
-            diffs.append(diff_tensors(io, arg, b_arg, tensor, other, rtol, atol, full=full))
+            diff = diff_tensors(io, arg, b_arg, tensor, other, rtol, atol, full=full)
+            if diff.ok is False and b_arg != arg and dtype_kind(tensor.dtype) in ("int", "bool"):
+                found = _by_values(tensor, theirs, used, pick,
+                                   lambda k: diff_tensors(io, arg, theirs[k][0], tensor, theirs[k][1], rtol, atol,
+                                                          full=full))
+                if found is None:
+                    continue
+                pick, diff = found
+            used.add(pick)
+            diffs.append(diff)
     return diffs
+
+
+def _by_values(tensor: Any, theirs: list, used: set[int], pick: int,
+               measure: Callable[[int], TensorDiff]) -> tuple[int, TensorDiff] | None:
+    """An integer or bool tensor that order paired with one of another name and other values: the first of b's unused
+    tensors of its kind and shape whose values agree, else None: order alone decides nothing (a mask against
+    position ids; token ids under two names that differ leave the call that reads them to show it)."""
+    kind = dtype_kind(tensor.dtype)
+    for k, (_, other) in enumerate(theirs):
+        if k != pick and k not in used and dtype_kind(other.dtype) == kind and same_shape(other.shape, tensor.shape):
+            found = measure(k)
+            if found.ok is True:
+                return k, found
+    return None
 
 
 def _pick(arg, tensor, theirs, used, io) -> int | None:

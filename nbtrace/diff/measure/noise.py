@@ -121,12 +121,25 @@ def _real_token_numbers(diff: TensorDiff, a: torch.Tensor, b: torch.Tensor, vali
 
 
 def padding_rows(trace: Trace, cache: TensorCache) -> torch.Tensor | None:
-    """The ``(batch, seq)`` attention mask the model was called with (True: a real token), or None."""
-    for io, arg, tensor in trace.root.tensors():
-        if io == "input" and arg.endswith("attention_mask") and len(tensor.shape) == 2:
-            mask = cache.load(tensor)
-            if mask is not None:
-                return mask != 0
+    """The ``(batch, seq)`` padding mask the model was called with (True: a real token), or None: the input the
+    trace's float64 twin recorded it at (``padding_from``), else
+    ``capture/twin/padding.py``'s rule on the recorded top-level inputs, whatever their names."""
+    from ...capture.twin.padding import holds_mask, padding_candidates
+    from ...core.dtypes import dtype_kind
+
+    tensors = {arg: t for io, arg, t in trace.root.tensors() if io == "input"}
+    twin = trace.twin
+    if twin is not None and twin.padding_from in tensors:
+        places, named = [twin.padding_from], True
+    else:
+        inputs = [(arg, tuple(t.shape), dtype_kind(t.dtype) in ("int", "bool")) for arg, t in tensors.items()]
+        places, named = padding_candidates(inputs)
+    for place in places:
+        mask = cache.load(tensors[place])  # a trace of printed values holds no rows to leave out
+        if mask is None or mask.ndim != 2:
+            continue
+        if named or holds_mask(bool(((mask == 0) | (mask == 1)).all()), bool((mask != 0).any(dim=1).all())):
+            return mask != 0
     return None
 
 

@@ -29,7 +29,7 @@ FLOOR_ULPS = 4.0
 K_MEASURED = 2.0  # both sides' rounding measured
 K_STAND_IN = 3.0  # the port's rounding stands in for the reference's
 #: tests whose flag proves a difference of function (the others only say "unresolved")
-DECISIVE = frozenset({"broken", "exact", "weights", "proven", "replayed", "live", "twin"})
+DECISIVE = frozenset({"broken", "exact", "weights", "proven", "replayed", "live", "twin", "bound"})
 # the model of rounding for files without measurements (an "unresolved" hint, never decisive)
 K_LEAF, K_CODE = 1.3, 1.6
 B_LEAF, B_CODE, B_INPUTS = 1.0, 4.0, 1.0

@@ -20,6 +20,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 SCHEMA_NAME = "nbtrace-verdict"
 SCHEMA_VERSION = 1
+#: fields added within a version (a consumer of version 1 reads them or ignores them): 1 added ``end_to_end``
+SCHEMA_MINOR = 1
 #: what ``verdict`` can be, and the exit status ``nbtrace diff`` gives each (2 is a bad input)
 EXIT_STATUS = {"agree": 0, "diverge": 1, "unresolved": 3}
 
@@ -75,7 +77,8 @@ def _envelope(kind: str, verdict: str, body: dict[str, Any], summary: str) -> di
     from ... import __version__
 
     return _clean({
-        "schema": SCHEMA_NAME, "schema_version": SCHEMA_VERSION, "kind": kind, "verdict": verdict,
+        "schema": SCHEMA_NAME, "schema_version": SCHEMA_VERSION, "schema_minor": SCHEMA_MINOR, "kind": kind,
+        "verdict": verdict,
         **body, "summary": summary,
         "versions": {"nbtrace": __version__, "torch": torch.__version__, "python": platform.python_version()},
     })
@@ -96,7 +99,13 @@ def _comparison_body(comparison: Comparison, step: int) -> dict[str, Any]:
         "unmatched": {"a": [n.module_path for n in comparison.unmatched_a],
                       "b": [n.module_path for n in comparison.unmatched_b]},
         "numerics": {"a": dict(a_numerics), "b": dict(b_numerics)},
+        "end_to_end": _end_to_end(comparison),
     }
+
+
+def _end_to_end(comparison: Comparison) -> dict[str, Any] | None:
+    found = comparison.end_to_end
+    return found.to_dict() if found is not None else None
 
 
 def _unresolved(comparison: Comparison, step: int) -> list[dict[str, Any]]:

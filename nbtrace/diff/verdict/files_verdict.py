@@ -8,9 +8,12 @@ tensor a producer made, compare b's counterpart with a's (padding rows left out)
   + floor`` PROVES the float64 truths differ there (``rounding.proven``); the difference is
   born at the first proven tensor (its inputs were not proven different: earlier ones would
   have been found first);
-- nothing measured: a model of rounding (``rounding.magnitude``) points at the first call
-  beyond it, but never names it: the verdict is "unresolved" there (a correct kernel may
-  round that differently); replay or measured rounding decides;
+- nothing measured: where the operation is plain (``operation.py``: an elementwise function, a
+  linear map, an embedding, a norm, an attention's core), a difference beyond the largest any
+  correct implementation could make from the inputs it was handed (the ``bound`` test, derived
+  by error analysis) names it; elsewhere a model of rounding (``rounding.magnitude``) points at
+  the first call beyond it, but never names it: the verdict is "unresolved" there (a correct
+  kernel may round that differently); replay or measured rounding decides;
 - evidence no correct kernel produces names a module either way: another shape (not a
   broadcast), NaN/inf where the other side is finite, integers that differ on equal
   inputs, weights that the sidecar's fingerprints show converted wrongly.
@@ -26,6 +29,7 @@ from ...core.node import Node
 from ...core.tensor import TensorValue
 from .evidence import Evidence
 from .findings import Finding, Verdict
+from .operation import bound_evidence
 from ..align.flow import Flow, Producer, Slot
 from ..measure.metrics import TensorDiff, same_shape
 from ..measure.noise import DiffStats, PairStats, diff_stats, dtype_name, padding_rows, unit_roundoff
@@ -195,6 +199,12 @@ class FileVerdict:
                     return finding  # its own weights differ: the module itself, whatever it read
                 return self._widened(finding, producer, readable)
         else:
+            bound = bound_evidence(self, producer, slot, what) if d.rel > 0 else None
+            if bound is not None:  # the operation is plain: beyond its bound, no correct implementation made it
+                finding.evidence.append(bound)
+                if bound.score >= 1:
+                    finding.evidence.extend(self._weight_evidence(producer))
+                    return finding
             k, b = self._allowance(producer)
             longest = max((s.tensor.shape[-1] for s in readable), default=1)
             finding.evidence.append(magnitude(d, e_in, k, b + accumulation(longest, d.u), what))

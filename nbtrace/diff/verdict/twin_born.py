@@ -205,9 +205,12 @@ def _unobserved(comparison: Comparison, verdict: TwinVerdict, culprit, seen) -> 
 
 def advice(comparison: Comparison) -> str:
     """What would decide an unresolved comparison, given how its two sides were traced."""
-    from .twin_verdict import usable
+    from .twin_verdict import padding_mismatch, usable
 
     missing = usable(comparison)
+    if missing is not None and comparison.a.twin is not None and comparison.b.twin is not None \
+            and padding_mismatch(comparison.a.twin, comparison.b.twin) is not None:
+        return f"to decide, {missing}, or compare the reference's folder with the live port, compare(folder, port)"
     if missing is not None:
         return (f"to decide, {missing}: trace both with nbtrace.trace, which records each forward's float64 twin by "
                 "default, or compare the reference's folder with the live port, compare(folder, port)")

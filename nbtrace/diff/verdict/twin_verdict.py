@@ -150,9 +150,36 @@ def usable(comparison: Comparison) -> str | None:
             return f"{side} was traced without its float64 twin"
         if not twin.calls:
             return f"{side}'s float64 twin was not recorded"
-    if twins[0].padding != twins[1].padding:
-        return "the two runs' padding masks differ, so their twins left out different rows"
-    return None
+    return padding_mismatch(*twins)
+
+
+def padding_mismatch(twin_a: Twin, twin_b: Twin) -> str | None:
+    """Why two twins' fingerprints cover different positions (each left out its run's padding,
+    ``capture/twin/padding.py``), and what decides, or None: the same padding, or none on either side (a mask of all
+    ones is none)."""
+    pads = twin_a.padded, twin_b.padded
+    if pads[0] is None and pads[1] is None or pads[0] is not None and twin_a.padding == twin_b.padding:
+        return None
+    words = [_padding_words(side, twin, pad) for side, twin, pad in zip("ab", (twin_a, twin_b), pads)]
+    missing = [side for side, pad in zip("ab", pads) if pad is None]
+    if missing:
+        remedy = (f"trace {missing[0]} again declaring the argument that holds its padding mask, "
+                  "nbtrace.trace(model, padding_mask='<argument>')")
+    else:
+        remedy = ("trace both on the same inputs, or declare each side's padding mask, "
+                  "nbtrace.trace(model, padding_mask='<argument>')")
+    return (f"the two float64 twins left out different padding ({words[0]}; {words[1]}), so their fingerprints "
+            f"cover different positions; {remedy}")
+
+
+def _padding_words(side: str, twin: Twin, pad: tuple[list[int], int] | None) -> str:
+    if pad is None:
+        return f"{side}'s run had no padding mask nbtrace found, and its twin kept every position"
+    shape, left_out = pad
+    where = f" ({twin.padding_from})" if twin.padding_from else ""
+    if left_out < 0:
+        return f"{side}'s by the mask {twin.padding}{where}"
+    return f"{side}'s left out {left_out} of {math.prod(shape)} positions by its {shape} mask{where}"
 
 
 def twin_verdict(comparison: Comparison) -> TwinVerdict | None:

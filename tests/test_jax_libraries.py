@@ -1,0 +1,51 @@
+"""A published Flax library as the original: gemma's own modules (PyPI ``gemma``), transformers' Gemma as the port.
+
+gemma's ``FeedForward`` builds its ``gating_einsum`` and ``linear`` projections with ``nn.share_scope``, and its
+blocks take ``(x, segment_pos, cache, attn_mask)`` positionally: the capture must name those projections as calls of
+their own and the arguments by name, or a correct port is blamed at the first MLP and every later bug with it. Both
+folders are the defaults (``nbtrace.jax.trace``, ``nbtrace.trace``), float32, two seeds and both of gemma's attention
+layouts (``q_einsum`` + ``kv_einsum`` with grouped heads, one ``qkv_einsum`` without).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import nbtrace
+from tests.models import gemma_library
+
+CASES = [(1, gemma_library.GemmaSize(kv_heads=2)), (2, gemma_library.GemmaSize(kv_heads=4))]
+
+
+def _named(comparison) -> str | None:
+    first = comparison.first_divergence
+    return None if first is None else first.module_path.split(".", 1)[1]
+
+
+@pytest.mark.parametrize(("seed", "size"), CASES, ids=["grouped", "qkv"])
+def test_a_port_of_gemma_agrees_and_each_bug_is_named_at_its_module(tmp_path, seed, size):
+    import nbtrace.jax as ntj
+
+    model, variables, ids = gemma_library.make_original(size, seed)
+    recorded = ntj.trace(model, variables, ids, debug_path=tmp_path / "original")
+    trace, parameters = recorded.trace, recorded.trace.sidecar["parameters"]
+    for block in ("layer.0", "layer.1"):  # the share_scope projections: calls of their own, owning their kernels
+        mlp = trace[f"GemmaDecoder.{block}.mlp"]
+        assert [child.module_path for child in mlp.children] == [f"GemmaDecoder.{block}.mlp.gating_einsum",
+                                                                  f"GemmaDecoder.{block}.mlp.linear"]
+        assert list(parameters[f"GemmaDecoder.{block}.mlp.linear"]) == ["linear"]
+        assert f"GemmaDecoder.{block}.mlp" not in parameters
+    assert list(trace["GemmaDecoder.layer.0"].inputs["kwargs"]) == ["x", "segment_pos", "cache", "attn_mask"]
+    tokens = torch.from_numpy(ids.astype(np.int64))
+    for bug in [None, *gemma_library.BUG_MODULES]:
+        port = gemma_library.make_port(variables, size, bug)
+        with nbtrace.trace(port, debug_path=tmp_path / f"port_{bug}"):
+            port(tokens)
+        expected = gemma_library.BUG_MODULES.get(bug)
+        from_folders = nbtrace.compare(tmp_path / "original", tmp_path / f"port_{bug}")
+        assert (from_folders.verdict, _named(from_folders)) == ("agree" if bug is None else "diverge", expected), (
+            bug, str(from_folders))
+        live = nbtrace.compare(tmp_path / "original", port)
+        assert (live.verdict, _named(live)) == ("agree" if bug is None else "diverge", expected), (bug, str(live))
