@@ -27,6 +27,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from .offload import HOOK_ATTRIBUTES, offloaded_values, own_forward
+
 #: attribute of nbtrace's forward wrappers: what ``module.__dict__["forward"]`` held before (or ``MISSING``)
 WRAPPED = "__nbtrace_before__"
 MISSING = object()
@@ -45,11 +47,15 @@ def unwrapped(forward: Any) -> Any:
 
 
 def copy_in(module: nn.Module, dtype: torch.dtype) -> nn.Module:
-    """A copy of ``module`` whose float parameters, buffers and tensor attributes are in ``dtype`` (see above)."""
+    """A copy of ``module`` whose float parameters, buffers and tensor attributes are in ``dtype`` (see above); an
+    offloaded one (``offload.py``) holds its weights itself, on the device its module runs on, and runs without the
+    offloading hook."""
     memo: dict[int, Any] = {"dtype": dtype}
+    offloaded = offloaded_values(module)
     for tensor in chain(module.parameters(), module.buffers()):
         if tensor.is_floating_point():
-            wide = tensor.detach().to(dtype, copy=True)
+            value, device = offloaded.get(id(tensor), (tensor, None))
+            wide = value.detach().to(device if device is not None else value.device, dtype, copy=True)
             memo[id(tensor)] = nn.Parameter(wide, requires_grad=False) if isinstance(tensor, nn.Parameter) else wide
     return _clone(module, memo)
 
@@ -88,8 +94,13 @@ def _clone(module: nn.Module, memo: dict[Any, Any]) -> nn.Module:
     twin = cls.__new__(cls)
     memo[id(module)] = twin
     state = {}
+    own = own_forward(module)  # under an offloading hook: the module's own forward, the copy holding its weights
     for key, value in module.__dict__.items():
-        if key in ("_parameters", "_buffers"):
+        if key in HOOK_ATTRIBUTES:
+            continue
+        if key == "forward" and own is not None:
+            state[key] = _attribute(own, memo)
+        elif key in ("_parameters", "_buffers"):
             state[key] = {name: None if t is None else _tensor(t, memo) for name, t in value.items()}
         elif key == "_modules":
             state[key] = {name: None if m is None else _clone(m, memo) for name, m in value.items()}

@@ -38,6 +38,7 @@ import torch
 from torch import nn
 
 from .copies import copy_in, non_state_constants
+from .offload import offloaded_values
 from .state import CarriedState
 from .fingerprint import fingerprint
 from .numerics import float64_twin
@@ -286,7 +287,8 @@ def _perturb(live: nn.Module, wide: nn.Module, kind: str) -> None:
 def _round(live: nn.Module, wide: nn.Module, dtype: torch.dtype) -> None:
     """Set every stored float tensor of the copy to the live model's value rounded to ``dtype`` (from the live
     values, not the perturbed copy's: a value on a rounding tie must round as the port's conversion rounds it)."""
-    source = dict(_stored(live))
+    offloaded = offloaded_values(live)  # an offloaded model's weights: where its hooks read them
+    source = {name: offloaded.get(id(t), (t, None))[0] for name, t in _stored(live)}
     with torch.no_grad(), torch._C.DisableTorchFunction():
         for name, tensor in _stored(wide):
             value = source.get(name)
