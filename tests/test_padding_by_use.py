@@ -118,8 +118,10 @@ def test_a_declared_mask_decides_where_values_cannot_and_a_missing_one_is_said(t
     segments[:, :3] = 0  # a first segment of three tokens: 0/1 with a 1 in every row, as a mask would be
     a = _reference(tmp_path / "a", ids, mask)
     found = _port(tmp_path / "found", SegmentPort, tokens=ids, segments=segments, keep=mask)
-    why = usable(nbtrace.compare(a, found))
+    refused = nbtrace.compare(a, found)
+    why = usable(refused)
     assert why is not None and "padding_mask=" in why and "kwargs.segments" in why and "kwargs.attention_mask" in why
+    assert f"not decided by the float64 twins: {why}" in refused.summary()  # said, never silently dropped
     declared = _port(tmp_path / "declared", SegmentPort, padding_mask="keep", tokens=ids, segments=segments, keep=mask)
     c = nbtrace.compare(a, declared)
     assert c.agree is True and c.decided_by == TWINS, c.summary()
@@ -138,3 +140,18 @@ def test_a_declared_name_that_is_not_an_input_warns_and_the_forward_runs(tmp_pat
         folder = _port(tmp_path / "b", padding_mask="nope", tokens=ids, keep=mask)
     assert any("padding_mask='nope'" in str(w.message) for w in caught)
     assert nbtrace.load_trace(folder).twin.calls and nbtrace.load_trace(folder).twin.padding is None
+
+
+def test_the_jax_capture_finds_the_mask_by_the_same_rule():
+    """nbtrace.jax's top-level inputs are numpy on the host: the same rule, by values, whatever the positions."""
+    pytest.importorskip("jax")
+    import numpy as np
+
+    from nbtrace.jax.twin import find_valid
+
+    ids, mask = (t.numpy() for t in padded_inputs(1))
+    positions = np.broadcast_to(np.arange(ids.shape[1]), ids.shape)
+    assert (find_valid((ids, positions, mask), {}) == (mask != 0)).all()  # positions first: not a mask
+    assert (find_valid((ids,), {"keep": mask}) == (mask != 0)).all()
+    assert find_valid((ids, positions), {}) is None
+    assert find_valid((ids,), {"attention_mask": np.ones_like(mask)}).all()  # all ones: leaves nothing out

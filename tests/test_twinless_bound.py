@@ -94,6 +94,16 @@ def test_a_changed_weight_is_named_at_its_module_from_printed_folders(reference,
         assert c.first_divergence.weights and c.first_divergence.confidence == "certain"
 
 
+def test_a_changed_weight_in_a_pruned_layer_is_named_at_its_module(tmp_path):
+    reference = ip.build(WIDTH, torch.float32, SEED, 4)  # layers 1 and 2 pruned from printed folders
+    a = _folder(reference, tmp_path / "a", full=False)
+    c = nbtrace.compare(a, _folder(ip.port(reference, "sdpa", "weights_x1.01"), tmp_path / "b", full=False))
+    assert not any(n.module_path.startswith(f"{P}.layers.1") for n in c.a.nodes())
+    assert c.verdict == "diverge" and c.first_divergence.module_path == f"{P}.layers.1.mlp.down_proj"
+    assert "pruning left" in c.first_divergence.reason and c.first_divergence.evidence[0].test == "weights"
+    jsonschema.validate(c.to_dict(), nbtrace.verdict_schema())
+
+
 def test_the_end_to_end_line_in_every_view(reference, reference_folder, tmp_path):
     c = nbtrace.compare(reference_folder, _port_folder(reference, tmp_path, "sdpa", "wrong_eps"))
     found = c.end_to_end
@@ -103,6 +113,7 @@ def test_the_end_to_end_line_in_every_view(reference, reference_folder, tmp_path
     assert line in c.summary()
     assert line in c._repr_html_()
     assert line in failure_message(c, "diverge")
+    assert c.to_dataframe().attrs["end_to_end"].startswith("out of lm_head")
     banner = TraceView(c).rows["compare"]["verdict"]
     assert banner["end_to_end"].startswith("out of lm_head")
     data = c.to_dict()

@@ -133,21 +133,20 @@ def _with_running(top: Call) -> list[tuple[Call, Call]]:
     return found
 
 
-_SIGNATURES: dict[tuple[type, str], inspect.Signature | None] = {}
+def method_signature(module: Any, method: str) -> inspect.Signature | None:
+    """The signature of ``module``'s method ``method`` as bound to it (no ``self``; through Flax's and nbtrace's
+    wrappers, which keep ``__wrapped__``), or None where it cannot be read."""
+    try:
+        return inspect.signature(getattr(module, method))
+    except (AttributeError, TypeError, ValueError):
+        return None
 
 
-def named_arguments(module: Any, method: str, args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, dict[str, Any]]:
-    """``args`` and ``kwargs`` of a call of ``module.method`` bound to the method's parameter names (in the order of
-    its signature; a ``*args`` parameter's values stay positional, a ``**kwargs`` one's keep their keys); as given
-    where the signature cannot be read or does not take them (the call then raises on its own)."""
-    key = (type(module), method)
-    if key not in _SIGNATURES:
-        try:
-            signature = inspect.signature(getattr(type(module), method))
-            _SIGNATURES[key] = signature.replace(parameters=list(signature.parameters.values())[1:])  # no self
-        except (AttributeError, TypeError, ValueError):
-            _SIGNATURES[key] = None
-    signature = _SIGNATURES[key]
+def named_arguments(signature: inspect.Signature | None, args: tuple,
+                    kwargs: dict[str, Any]) -> tuple[tuple, dict[str, Any]]:
+    """``args`` and ``kwargs`` of a call bound to the parameter names of ``signature`` (in its order; a ``*args``
+    parameter's values stay positional, a ``**kwargs`` one's keep their keys); as given where there is no signature
+    or it does not take them (the call then raises on its own)."""
     try:
         bound = signature.bind(*args, **kwargs) if signature is not None else None
     except TypeError:
@@ -191,6 +190,7 @@ class CallRecorder:
         self._stack: list[Call] = []
         self._counts: dict[str, int] = {}
         self._on_call, self._on_return = on_call, on_return
+        self._signatures: dict[tuple[type, str], inspect.Signature | None] = {}  # for this forward only
 
     def __call__(self, next_fun: Callable, args: tuple, kwargs: dict[str, Any], context: Any) -> Any:
         method = context.method_name
@@ -224,7 +224,13 @@ class CallRecorder:
         index = self._counts.get(path, 0)
         self._counts[path] = index + 1
         root = self.top is None and not self._stack
-        named = (tuple(args), dict(kwargs)) if root else named_arguments(module, method, args, kwargs)
+        if root:
+            named = (tuple(args), dict(kwargs))
+        else:
+            key = (type(module), method)
+            if key not in self._signatures:
+                self._signatures[key] = method_signature(module, method)
+            named = named_arguments(self._signatures[key], args, kwargs)
         call = Call(path, module, scope, method, *named, index=index, given=(tuple(args), dict(kwargs)),
                     shared=shared)
         if self._stack:

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from ..capture.twin.padding import find_in_arrays
 from ..capture.twin.print_numbers import fill_calls, padding_text
 from ..capture.twin.signs import SUMS
 from ..core.ranks import call_key
@@ -187,14 +188,10 @@ def padding_digest(valid: np.ndarray | None) -> str | None:
 
 
 def find_valid(args: tuple, kwargs: dict[str, Any]) -> np.ndarray | None:
-    """The ``(batch, sequence)`` padding mask among the top-level inputs (the PyTorch capture's rule)."""
+    """The ``(batch, sequence)`` padding mask among the top-level inputs: the PyTorch capture's rule
+    (``capture/twin/padding.py``: a keyword named ``*mask*``, else a 0/1 input shaped like the token ids)."""
     from .serialize import host, is_array
 
-    candidates = [host(v) for k, v in kwargs.items() if "mask" in k and is_array(v)]
-    first = host(args[0]) if args and is_array(args[0]) else None
-    if not candidates and first is not None:
-        candidates = [host(v) for v in args[1:] if is_array(v) and tuple(v.shape) == first.shape]
-    for mask in candidates:
-        if mask.ndim == 2 and not np.issubdtype(mask.dtype, np.floating) and mask.dtype.name != "bfloat16":
-            return mask != 0
-    return None
+    arrays = {f"args.{i}": host(v) for i, v in enumerate(args) if is_array(v)}
+    arrays.update((f"kwargs.{k}", host(v)) for k, v in kwargs.items() if is_array(v))
+    return find_in_arrays(arrays)[0]

@@ -133,7 +133,7 @@ def comparison_frame(comparison: Comparison, order: str = "calls") -> pandas.Dat
         frame = frame.iloc[_difference_order(rows, with_difference, seen_rows)].reset_index(drop=True)
     words = verdict_words(comparison)
     frame.attrs.update(verdict=words.verdict, headline=words.headline, notes=list(words.notes),
-                       decided_by=words.decided_by, numerics=list(words.numerics))
+                       decided_by=words.decided_by, numerics=list(words.numerics), end_to_end=words.end_to_end)
     return frame
 
 

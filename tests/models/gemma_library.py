@@ -22,6 +22,7 @@ import numpy as np
 #: a bug of the port -> the module of the original where it must be named
 BUG_MODULES = {
     "gelu_exact": "layer.0.mlp",  # the first MLP's activation GELU exact where gemma's is tanh
+    "swapped_gate_up": "layer.1.mlp",  # gate and up halves swapped: the port's two against gemma's fused one
     "down_scaled": "layer.1.mlp.linear",  # the last MLP's down projection converted scaled by 1.01
     "o_proj_transposed": "layer.1.attn.attn_vec_einsum",  # a square output projection converted untransposed
     "attn_scale": "layer.1.attn",  # the second block's attention scaled by 1.1
@@ -91,8 +92,8 @@ def make_original(size: GemmaSize, seed: int) -> tuple[Any, dict[str, Any], np.n
 
 
 def convert(variables: dict[str, Any], size: GemmaSize, bugs: frozenset[str] = frozenset()) -> dict[str, Any]:
-    """gemma's variables as ``GemmaForCausalLM``'s state dict (``down_scaled``, ``o_proj_transposed``: a conversion
-    bug planted)."""
+    """gemma's variables as ``GemmaForCausalLM``'s state dict (``swapped_gate_up``, ``down_scaled``,
+    ``o_proj_transposed``: a conversion bug planted, in the last block)."""
     import torch
 
     params = variables["params"]
@@ -114,8 +115,9 @@ def convert(variables: dict[str, Any], size: GemmaSize, bugs: frozenset[str] = f
         last = i == size.layers - 1
         state[prefix + "self_attn.o_proj.weight"] = t(out if "o_proj_transposed" in bugs and last else out.T)
         gating, linear = np.asarray(block["mlp"]["gating_einsum"]), np.asarray(block["mlp"]["linear"])
-        state[prefix + "mlp.gate_proj.weight"] = t(gating[0].T)
-        state[prefix + "mlp.up_proj.weight"] = t(gating[1].T)
+        gate, up = (1, 0) if "swapped_gate_up" in bugs and last else (0, 1)
+        state[prefix + "mlp.gate_proj.weight"] = t(gating[gate].T)
+        state[prefix + "mlp.up_proj.weight"] = t(gating[up].T)
         state[prefix + "mlp.down_proj.weight"] = t(linear.T * (1.01 if "down_scaled" in bugs and last else 1.0))
         state[prefix + "input_layernorm.weight"] = t(block["pre_attention_norm"]["scale"])
         state[prefix + "post_attention_layernorm.weight"] = t(block["pre_ffw_norm"]["scale"])

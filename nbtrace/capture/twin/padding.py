@@ -21,6 +21,7 @@ A mask that leaves nothing out (all ones) is no padding, the same as no mask: th
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 #: one top-level input: its place (``args.1``, ``kwargs.keep``), its shape, and whether it is integer or bool
 Input = tuple[str, tuple[int, ...], bool]
@@ -64,3 +65,22 @@ def check_declared(declared: object) -> str | bool | None:
     raise TypeError(f"padding_mask must be the name of the argument that holds the padding mask (a keyword such as "
                     f"'attention_mask', or a place such as 'args.1'), False for none, or None to find it; "
                     f"got {declared!r}")
+
+
+def find_in_arrays(arrays: dict[str, Any], declared: str | bool | None = None) -> tuple[Any, str | None]:
+    """The padding mask among host arrays by place (a JAX run's top-level inputs, already on the host) and its place,
+    or ``(None, None)``: the same rule, its values read with numpy. ``True`` where a token is real."""
+    import numpy as np
+
+    def integer(a: Any) -> bool:
+        return np.issubdtype(a.dtype, np.integer) or a.dtype == np.bool_
+
+    inputs = [(place, tuple(a.shape), integer(a)) for place, a in arrays.items()]
+    places, named = padding_candidates(inputs, declared)
+    for place in places:
+        mask = arrays[place]
+        if mask.ndim != 2 or not integer(mask):
+            continue
+        if named or holds_mask(np.isin(mask, (0, 1)).all(), (mask != 0).any(axis=1).all()):
+            return mask != 0, place
+    return None, None

@@ -68,11 +68,11 @@ def _functions() -> dict[str, Callable[[torch.Tensor], torch.Tensor]]:
 
 @functools.lru_cache(maxsize=1)
 def slopes() -> dict[str, float]:
-    """Each known elementwise function's ``sup |f'|``, from its derivative on a fine grid (float64) where the
-    slope has its extremes, rounded up."""
+    """Each known elementwise function's ``sup |f'|``, from its derivative on a fine grid (float64) over
+    ``[-10, 10]``, where the slope has its extremes (beyond, each tends monotonically to 0 or 1), rounded up."""
     import torch
 
-    x = torch.linspace(-30.0, 30.0, 600_001, dtype=torch.float64, requires_grad=True)
+    x = torch.linspace(-10.0, 10.0, 20_001, dtype=torch.float64, requires_grad=True)
     found = {}
     for name, f in _functions().items():
         (grad,) = torch.autograd.grad(f(x).sum(), x)

@@ -7,7 +7,8 @@ tensor of ``q``'s shape; the rotary tables are two float tensors ``[…, S, d]``
 one. The reference's result must be ``measure/attention_bound.attention`` of its inputs within a correct kernel's
 rounding (``rounding``), else nothing is claimed. Then the port's result is held against the same function of the
 port's own inputs: beyond a correct kernel's rounding, no correct attention made it (a scaling, a softmax, a mask
-or a rotary applied otherwise).
+or a rotary applied otherwise). Only where the port's ``q``, ``k`` and ``v`` agree with the reference's (``AGREE``):
+the same function of other layouts is not this one.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from .files_verdict import FileVerdict
 
 HEAD_SIZES = (64, 128, 32, 80, 96, 256, 16)  # tried in order where no rotary table gives the head size
+#: q, k and v are judged as the same inputs only within this relative difference of the reference's: a port whose
+#: projections lay heads out otherwise (rows permuted for an interleaved rotary) differs by about √2
+AGREE = 0.1
 
 
 def attention_evidence(judge: FileVerdict, producer: Producer, slot: Slot, what: str) -> Evidence | None:
@@ -51,6 +55,8 @@ def attention_evidence(judge: FileVerdict, producer: Producer, slot: Slot, what:
     theirs = {name: _load(judge, s, "b") for name, s in (("q", q), ("k", k), ("v", v))}
     if any(t is None for t in (*mine.values(), *theirs.values())):
         return None
+    if any(_norm(theirs[n] - mine[n], judge.valid) > AGREE * _norm(mine[n], judge.valid) for n in mine):
+        return None  # q, k, v laid out otherwise (an interleaved rotary's permuted heads): not the same inputs
     cos = sin = None
     if len(tables) >= 2 and tables[0].tensor.shape == tables[1].tensor.shape:
         cos, sin = _load(judge, tables[0], "a"), _load(judge, tables[1], "a")

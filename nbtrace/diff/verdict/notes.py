@@ -47,6 +47,12 @@ def comparison_notes(comparison: Comparison) -> list[str]:
         note = twin_note(twin) if comparison.method != "twin" else constants_note(twin)
         if note:
             notes.append(note)
+    if comparison.method != "twin" and comparison.a.twin is not None and comparison.b.twin is not None:
+        from .twin_verdict import padding_mismatch
+
+        why = padding_mismatch(comparison.a.twin, comparison.b.twin)
+        if why:  # never silently: which side left out what, and how to declare it
+            notes.append(f"not decided by the float64 twins: {why}")
     notes.extend(verdict_notes(comparison))
     coverage = comparison.coverage
     if coverage < MIN_COVERAGE:
