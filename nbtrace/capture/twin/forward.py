@@ -37,7 +37,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .copies import copy_in, non_state_constants
+from .copies import copy_in, non_state_constants, seen_through_if_rounded, unrounded_buffers
 from .offload import offloaded_values
 from .state import CarriedState
 from .fingerprint import fingerprint
@@ -272,7 +272,8 @@ def _perturb(live: nn.Module, wide: nn.Module, kind: str) -> None:
     if kind == "float64":
         named = [(n, t, torch.float64) for n, t in _stored(wide)]
     else:
-        units = {n: t.dtype for n, t in non_state_constants(live)}
+        seen_through = unrounded_buffers(live)  # the twin holds these at their wider values (``copies.py``)
+        units = {n: seen_through.get(id(t), t).dtype for n, t in non_state_constants(live)}
         named = [(n, t, units[n]) for n, t in non_state_constants(wide) if n in units]
     with torch.no_grad(), torch._C.DisableTorchFunction():
         for name, tensor, dtype in named:
@@ -286,15 +287,18 @@ def _perturb(live: nn.Module, wide: nn.Module, kind: str) -> None:
 
 def _round(live: nn.Module, wide: nn.Module, dtype: torch.dtype) -> None:
     """Set every stored float tensor of the copy to the live model's value rounded to ``dtype`` (from the live
-    values, not the perturbed copy's: a value on a rounding tie must round as the port's conversion rounds it)."""
+    values, not the perturbed copy's: a value on a rounding tie must round as the port's conversion rounds it), but
+    for the constants a port's twin sees through (``copies.unrounded_buffers``): those are set back to the live
+    values as they are."""
     offloaded = offloaded_values(live)  # an offloaded model's weights: where its hooks read them
-    source = {name: offloaded.get(id(t), (t, None))[0] for name, t in _stored(live)}
+    kept = seen_through_if_rounded(live, dtype)
+    source = {name: (offloaded.get(id(t), (t, None))[0], id(t) in kept) for name, t in _stored(live)}
     with torch.no_grad(), torch._C.DisableTorchFunction():
         for name, tensor in _stored(wide):
-            value = source.get(name)
+            value, as_is = source.get(name, (None, False))
             if value is None or value.shape != tensor.shape or value.is_meta or value.layout != torch.strided:
                 continue
-            tensor.copy_(value.detach().to(dtype).to(tensor.device, torch.float64))
+            tensor.copy_((value.detach() if as_is else value.detach().to(dtype)).to(tensor.device, torch.float64))
 
 
 def rounded_inputs(value: Any, dtype: torch.dtype, depth: int = 0) -> Any:
