@@ -125,6 +125,10 @@ def test_a_declared_mask_decides_where_values_cannot_and_a_missing_one_is_said(t
     declared = _port(tmp_path / "declared", SegmentPort, padding_mask="keep", tokens=ids, segments=segments, keep=mask)
     c = nbtrace.compare(a, declared)
     assert c.agree is True and c.decided_by == TWINS, c.summary()
+    both = nbtrace.compare(build_original(), SegmentPort.from_original(build_original()),
+                           inputs={"input_ids": ids, "attention_mask": mask, "use_cache": False},
+                           port_inputs={"tokens": ids, "segments": segments, "keep": mask})
+    assert both.agree is True and both.decided_by == TWINS, both.summary()  # the reference's mask, declared
     none = _port(tmp_path / "none", padding_mask=False, tokens=ids, keep=mask)
     why = usable(nbtrace.compare(a, none))
     assert "b's run had no padding mask" in why and "trace b again" in why

@@ -171,8 +171,9 @@ class Comparison:
         """A call named where less than ``MIN_COVERAGE`` of a's calls aligned may be paired with the wrong call of b
         (a projection of one tower with the other's, an unrelated model's embedding): unless the float64 twins
         decided and the two models' outputs differ (the twins see pruned calls too, which coverage does not
-        count), it is not named; the comparison is unresolved there and says to pass ``rename`` (``misaligned``:
-        replay is not run either)."""
+        count), it is not named: where the two models' float64 outputs agree, the comparison agrees (a correct port
+        of another house, however little aligned), else it is unresolved there and says to pass ``rename``
+        (``misaligned``: replay is not run either)."""
         found = self.first_divergence
         if found is None or self.coverage >= MIN_COVERAGE:
             return
@@ -180,10 +181,11 @@ class Comparison:
         agree = twin is not None and twin.root_output_agrees
         if self.method == "twin" and not agree:
             return  # the twins see every call, pruned ones too, and the two models' outputs differ: it stands
-        outputs = ", the two models' outputs agree in float64," if agree else ""
         self.first_divergence, self.misaligned = None, True
+        if agree:  # the two functions' outputs agree in float64: a correct port agrees, however little aligned
+            return
         self.unresolved = (found.module_path, (
-            f"unresolved at {found.module_path}: it differs, but{outputs} only {self.coverage:.0%} of a's calls "
+            f"unresolved at {found.module_path}: it differs, but only {self.coverage:.0%} of a's calls "
             "could be aligned: the call flagged there may be paired with the wrong call of b (pass rename={regex: "
             "replacement} to pair calls by module path)"))
 
@@ -231,7 +233,7 @@ class Comparison:
             return "diverge"
         if self.unresolved is not None:
             return "unresolved"
-        if self.method == "twin" and self.twin is not None and self.twin.outputs_agree:
+        if self.method == "twin" and (self.twin.outputs_agree or self.misaligned and self.twin.root_output_agrees):
             return "agree"  # the two functions' outputs agree in float64: however little else could be aligned
         return "agree" if self.compared > 0 and self.coverage >= MIN_COVERAGE else "unresolved"
 

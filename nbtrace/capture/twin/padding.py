@@ -1,6 +1,6 @@
 """Which top-level input of a run is its padding mask: one rule, torch-free, for the PyTorch capture
-(``forward.find_valid``), a comparison reading a trace's recorded inputs (``diff/measure/noise.padding_rows``) and any
-other capture that wants it.
+(``forward.find_valid``, tested on the device), the JAX capture (``find_in_arrays``, numpy) and a comparison reading a
+trace's recorded inputs (``diff/measure/noise.padding_rows``).
 
 A padding mask is a ``(batch, seq)`` integer or bool tensor whose nonzero entries mark the real tokens. A run's
 mask is, in this order:
@@ -12,7 +12,9 @@ mask is, in this order:
    dimensions (the token ids, or embeddings ``(batch, seq, hidden)``) that holds only 0 and 1 with a 1 in every row
    (every sequence has a real token): the first such in argument order. Token ids and position ids hold other
    values; segment ids of one segment hold a row of zeros. A port called ``port(tokens=ids, keep=mask)`` has its
-   mask found whatever its argument is called.
+   mask found whatever its argument is called; a 0/1 argument ahead of the mask (segment ids of two segments) is
+   taken for it unless the mask is declared (a live port is traced with the reference's mask declared:
+   ``diff/replay/live.py``).
 
 A mask that leaves nothing out (all ones) is no padding, the same as no mask: the sidecar records neither
 (``print_numbers.padding_text``), so a run given an all-ones mask and a run given none compare.

@@ -14,7 +14,9 @@ Two ways:
   port pair the same calls. Sequences are cut at layer blocks first, so long traces align
   block by block. Where that pairs fewer than half of a's calls, the parts of the root (the calls under each of
   its children) are aligned with each other in any order too, and the better of the two kept: the towers of a
-  dual encoder run in the other order. A pair that an unmatched call under the same parent could have taken
+  dual encoder run in the other order. Where leaves that compute something stay unpaired on both sides, the
+  leaves are aligned on their own too and the containers paired by the leaves they hold (``leaves.py``: another
+  library's house, its wrappers, stage lists and numbers), kept where that pairs more of a's leaves. A pair that an unmatched call under the same parent could have taken
   just as well is *ambiguous*: it is listed (``Alignment.ambiguous``) and only then do
   values decide (the closest values win), which the comparison's notes say.
 
@@ -37,9 +39,9 @@ from .anchors import lcs_anchors, unique_anchors
 from .call_features import CallFeatures, features, pair_score
 from .flow import Flow, TensorCache
 from .idle import computes_nothing
+from .leaves import leaf_pairs
+from .sequence import align_run
 
-_GAP = 1.0  # cost of leaving one call unmatched
-_FULL_DP_CELLS = 1_000_000  # above this, a segment is aligned greedily (see _greedy)
 _REORDERED = 0.5  # below this share of a's calls paired in order, the root's parts are aligned in any order too
 
 
@@ -117,12 +119,15 @@ def align(a: Trace, b: Trace, rename: Mapping[str, str] | None = None,
         idle = [[n for n in only if computes_nothing(n, cache.fingerprint)]
                 for only, cache in ((only_a, caches[0]), (only_b, caches[1]))]
     left_out = {id(n) for n in idle[0] + idle[1]}
+    in_gaps_a = [n for n in _in_gaps(pairs, nodes_a, b) if id(n) not in left_out]
+    in_gaps_b = [n for n in _in_gaps([(y, x) for x, y in pairs], nodes_b, a) if id(n) not in left_out]
+    left_out |= {id(n) for n in in_gaps_a + in_gaps_b}
     return Alignment(
         pairs=pairs,
         only_a=[n for n in only_a if id(n) not in left_out],
         only_b=[n for n in only_b if id(n) not in left_out],
-        pruned_a=pruned_a,
-        pruned_b=pruned_b,
+        pruned_a=pruned_a + in_gaps_a,
+        pruned_b=pruned_b + in_gaps_b,
         method=method,
         ambiguous=ambiguous,
         idle_a=idle[0],
@@ -138,6 +143,24 @@ def _equalize_pruning(a: Trace, b: Trace) -> tuple[list[Node], list[Node]]:
     if gaps_a:  # a was pruned, b was not: set aside b's intermediate blocks
         return [], [n for block in would_be_pruned(b) for n in block.walk()]
     return [n for block in would_be_pruned(a) for n in block.walk()], []
+
+
+def _in_gaps(pairs: list[tuple[Node, Node]], nodes_a: list[Node], b: Trace) -> list[Node]:
+    """a's unpaired calls that ran where b's pruning left a gap: between the counterparts of the two layer blocks
+    of b around the gap (another house's stages need not be numbered, or numbered alike, for pruning to thin one
+    side only: a's ``layer2``, ``layer3`` against b's ``stages.1``, ``stages.2`` gone from its files)."""
+    a_of = {id(y): x for x, y in pairs}
+    order = {id(n): i for i, n in enumerate(nodes_a)}
+    paired = {id(x) for x, _ in pairs}
+    found: list[Node] = []
+    for node in b.nodes():
+        for gap in node.pruned_layers() if len(node.children) >= 2 else ():
+            before, after = node.children[gap.position - 1], node.children[gap.position]
+            ends = [order[id(a_of[id(n)])] for n in before.walk() if id(n) in a_of]
+            starts = [order[id(a_of[id(n)])] for n in after.walk() if id(n) in a_of]
+            if ends and starts:
+                found += [n for n in nodes_a[max(ends) + 1:min(starts)] if id(n) not in paired]
+    return found
 
 
 # -- by path ---------------------------------------------------------------------
@@ -182,11 +205,15 @@ def _by_sequence(nodes_a: list[Node], nodes_b: list[Node], flows: tuple[Flow, Fl
     fb = features(nodes_b[1:], flows[1], idle)
     seg_a, seg_b = _segments(fa), _segments(fb)
     for part_a, part_b in _match_segments(seg_a, seg_b):
-        pairs.extend(_align_run(part_a, part_b))
+        pairs.extend(align_run(part_a, part_b))
     if len(pairs) - 1 < _REORDERED * len(fa):  # most calls left: the parts may run in another order (two towers)
         by_part = [pairs[0], *_by_parts(fa, fb)]
         if len(by_part) > len(pairs):
             pairs = by_part
+    if _leaves_left(pairs, fa, fb):  # another house's containers and numbers: its leaves still run in order
+        by_leaves = [pairs[0], *leaf_pairs(pairs[0], fa, fb)]
+        if _leaves_paired(by_leaves) > _leaves_paired(pairs):  # containers paired by their leaves: not ambiguous
+            pairs, fa, fb = by_leaves, [f for f in fa if f.leaf], [f for f in fb if f.leaf]
     pairs, ambiguous = settle_ambiguous(pairs, fa, fb, flows)
     order = {id(n): i for i, n in enumerate(nodes_a)}
     pairs.sort(key=lambda pair: order[id(pair[0])])
@@ -204,13 +231,13 @@ def _by_parts(fa: list[CallFeatures], fb: list[CallFeatures]) -> list[tuple[Node
         best: list[tuple[Node, Node]] = []
         for other in parts_b:
             left = [f for f in other if id(f.node) not in taken]
-            found = _align_run(part, left) if left else []
+            found = align_run(part, left) if left else []
             if len(found) > len(best):
                 best = found
         pairs.extend(best)
         taken.update(id(y) for _, y in best)
     done = {id(x) for x, _ in pairs}  # what no part took (a projection one side keeps in a tower, one beside it)
-    pairs.extend(_align_run([f for f in fa if id(f.node) not in done], [f for f in fb if id(f.node) not in taken]))
+    pairs.extend(align_run([f for f in fa if id(f.node) not in done], [f for f in fb if id(f.node) not in taken]))
     return pairs
 
 
@@ -317,72 +344,12 @@ def _match_segments(seg_a, seg_b) -> list[tuple[list[CallFeatures], list[CallFea
     return runs
 
 
-def _align_run(fa: list[CallFeatures], fb: list[CallFeatures]) -> list[tuple[Node, Node]]:
-    if not fa or not fb:
-        return []
-    # Identical-looking runs (same model twice, another dtype, ...) pair up one to one.
-    if len(fa) == len(fb) and all(x.key == y.key for x, y in zip(fa, fb)):
-        return [(x.node, y.node) for x, y in zip(fa, fb)]
-    if len(fa) * len(fb) > _FULL_DP_CELLS:
-        return _greedy(fa, fb)
-    return _dp(fa, fb)
+def _leaves_left(pairs: list[tuple[Node, Node]], fa: list[CallFeatures], fb: list[CallFeatures]) -> bool:
+    """Leaves that compute something are left unpaired on both sides."""
+    paired = {id(n) for pair in pairs for n in pair}
+    return any(f.leaf and id(f.node) not in paired for f in fa) and any(
+        f.leaf and id(f.node) not in paired for f in fb)
 
 
-def _dp(fa: list[CallFeatures], fb: list[CallFeatures]) -> list[tuple[Node, Node]]:
-    """Global alignment maximizing the summed pair scores minus a cost per unmatched call."""
-    n, m = len(fa), len(fb)
-    neg = float("-inf")
-    best = [[0.0] * (m + 1) for _ in range(n + 1)]
-    move = [[0] * (m + 1) for _ in range(n + 1)]  # 1 diagonal, 2 skip a, 3 skip b
-    for i in range(1, n + 1):
-        best[i][0] = -_GAP * i
-        move[i][0] = 2
-    for j in range(1, m + 1):
-        best[0][j] = -_GAP * j
-        move[0][j] = 3
-    for i in range(1, n + 1):
-        x = fa[i - 1]
-        row, up = best[i], best[i - 1]
-        moves = move[i]
-        for j in range(1, m + 1):
-            s = pair_score(x, fb[j - 1])
-            diag = up[j - 1] + s if s is not None else neg
-            skip_a = up[j] - _GAP
-            skip_b = row[j - 1] - _GAP
-            if diag >= skip_a and diag >= skip_b:
-                row[j], moves[j] = diag, 1
-            elif skip_a >= skip_b:
-                row[j], moves[j] = skip_a, 2
-            else:
-                row[j], moves[j] = skip_b, 3
-    pairs = []
-    i, j = n, m
-    while i > 0 or j > 0:
-        step = move[i][j]
-        if step == 1:
-            pairs.append((fa[i - 1].node, fb[j - 1].node))
-            i -= 1
-            j -= 1
-        elif step == 2:
-            i -= 1
-        else:
-            j -= 1
-    pairs.reverse()
-    return pairs
-
-
-def _greedy(fa: list[CallFeatures], fb: list[CallFeatures]) -> list[tuple[Node, Node]]:
-    """Linear-time fallback for huge layer-less stretches: walk both, matching within a window."""
-    pairs = []
-    j = 0
-    window = 64
-    for x in fa:
-        best_j, best_s = None, None
-        for k in range(j, min(len(fb), j + window)):
-            s = pair_score(x, fb[k])
-            if s is not None and (best_s is None or s - _GAP * (k - j) > best_s):
-                best_j, best_s = k, s - _GAP * (k - j)
-        if best_j is not None:
-            pairs.append((x.node, fb[best_j].node))
-            j = best_j + 1
-    return pairs
+def _leaves_paired(pairs: list[tuple[Node, Node]]) -> int:
+    return sum(1 for x, _ in pairs if not x.children)

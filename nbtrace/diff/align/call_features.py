@@ -17,6 +17,7 @@ as soon as o_proj's values are off). A call is described by what it *is* and how
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Set as AbstractSet
 
@@ -48,6 +49,7 @@ class CallFeatures:
         "outs",
         "rel_path",
         "tokens",
+        "weights",
     )
 
     def __init__(self, node: Node, flow: Flow | None, readers: dict[int, int], idle: AbstractSet[int]) -> None:
@@ -69,7 +71,9 @@ class CallFeatures:
         self.rel_path = node.module_path.split(".", 1)[1] if "." in node.module_path else ""
         self.entry: bool | None = None
         self.fan = 0
+        self.weights: tuple[int, ...] | None = None
         if flow is not None:
+            self.weights = own_weights(node, flow.trace.sidecar.get("parameters"))
             self._wiring(flow, readers)
         self.key = (self.leaf, self.out_shapes, self.ins, self.numbers, self.name)
 
@@ -82,6 +86,20 @@ class CallFeatures:
         scope = working_scope(node, flow)
         self.entry = scope is not None and any(s.source is main.source for s in flow.slots(scope, "input"))
         self.fan = min(readers.get(id(main.source), 0), 3)
+
+
+def own_weights(node: Node, section: object) -> tuple[int, ...] | None:
+    """The element counts of a call's own parameters (its module's, as the sidecar's fingerprints hold them), in
+    order: structure, read without values (a 3x3 convolution against a 1x1 one of the same shapes in and out).
+    Counts, not shapes: a port may hold a kernel transposed or a convolution's kernel as a matrix. None: no
+    fingerprints were recorded."""
+    if not isinstance(section, dict):
+        return None
+    tensors = section.get(node.module_path.split(" ", 1)[0])
+    if not isinstance(tensors, dict):
+        return ()
+    return tuple(sorted(math.prod(t.get("shape") or ()) for t in tensors.values()
+                        if isinstance(t, dict) and t.get("kind", "parameter") == "parameter"))
 
 
 def is_wrapper(node: Node, flow: Flow) -> bool:

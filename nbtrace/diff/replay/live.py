@@ -105,12 +105,13 @@ def as_call(inputs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
 
 
 def _traced(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], who: str,
-            call: Callable[..., Any] | None = None) -> tuple[Trace, str]:
+            call: Callable[..., Any] | None = None, padding_mask: str | None = None) -> tuple[Trace, str]:
     """``module`` traced with full tensors into a temporary folder (removed if it raises); ``call(module, *args,
-    **kwargs)`` runs it when given."""
+    **kwargs)`` runs it when given; ``padding_mask`` declares the argument that holds its padding mask."""
     folder = tempfile.mkdtemp(prefix=f"nbtrace-{who}-")
     try:
-        with torch.no_grad(), trace(module, debug_path=folder, use_repr=False, do_prune_layers=False) as recorder:
+        with torch.no_grad(), trace(module, debug_path=folder, use_repr=False, do_prune_layers=False,
+                                    padding_mask=padding_mask) as recorder:
             if call is None:
                 module(*args, **kwargs)
             else:
@@ -122,6 +123,24 @@ def _traced(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], wh
                            f"({shown}) raised {type(exc).__name__}: {exc}") from exc
     assert recorder.trace is not None
     return recorder.trace, folder
+
+
+def _port_padding(a: Trace, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+    """The port's argument that holds the reference's padding mask (the same values), to declare to the port's
+    trace: both twins then leave out the same positions, whatever the port calls its mask or puts before it."""
+    twin = a.twin
+    if twin is None or twin.padded is None or not twin.padding_from:
+        return None
+    recorded = next((t for io, arg, t in a.root.tensors() if io == "input" and arg == twin.padding_from), None)
+    if recorded is None:
+        return None
+    mask = recorded.load() if recorded.ref is not None else kept_inputs(a).get(twin.padding_from)
+    if mask is None:
+        return None
+    given = [(f"args.{i}", v) for i, v in enumerate(args)] + [(f"kwargs.{k}", v) for k, v in kwargs.items()]
+    return next((place for place, v in given if isinstance(v, torch.Tensor) and v.ndim == 2
+                 and not v.is_floating_point() and v.shape == mask.shape and torch.equal(v.detach().cpu(), mask)),
+                None)
 
 
 def compare_both_live(reference: nn.Module, port: nn.Module, inputs: Any, *,
@@ -162,7 +181,8 @@ def _compare_replayed(a: Trace, port: nn.Module, replay: bool | str, rename: Map
                       call: Callable[..., Any] | None = None,
                       port_call: tuple[tuple[Any, ...], dict[str, Any]] | None = None) -> Comparison:
     args, kwargs = port_call if port_call is not None else top_level_inputs(a, port, inputs_map, bound=call is None)
-    b, folder = _traced(port, args, kwargs, "port", call=call)
+    declared = _port_padding(a, args, kwargs) if call is None else None
+    b, folder = _traced(port, args, kwargs, "port", call=call, padding_mask=declared)
     comparison = compare(a, b, rename=rename, **options)
     comparison.live_port = port  # narrow(comparison) runs the blamed call's module again
     if reference is not None:

@@ -113,7 +113,7 @@ def _divergence(comparison: Comparison, verdict: TwinVerdict) -> FirstDivergence
         pruned = (f"{gap.prefix}.{gap.first}", f"{gap.prefix}.{gap.last}") if gap is not None else None
     holder = culprit.visible() if isinstance(culprit, HiddenCall) else culprit
     if pruned is None and isinstance(holder, Node):  # layer blocks b's trace pruned, which a holds, unseen
-        set_aside = {id(n) for n in comparison._pruned_a}
+        set_aside = comparison._pruned_a  # ids of a's calls set aside as pruned from b
         b_pruned = shows_pruning(comparison.b) and not comparison.b.twin.events
         blocks = [n.module_path for n in holder.walk() if n.module_path in unobserved
                   and (id(n) in set_aside or b_pruned and n.is_layer_block)]
@@ -144,6 +144,9 @@ def _divergence(comparison: Comparison, verdict: TwinVerdict) -> FirstDivergence
 
 
 def _exact_evidence(d: TensorDiff) -> Evidence:
+    if d.basis == "shape":  # from inputs that agree: no rounding makes another shape
+        return Evidence("exact", math.inf, 0.0, math.inf, f"its {d.io} {d.arg} has another shape ({d.problem})",
+                        "files")
     return Evidence("exact", math.inf, 0.0, math.inf, f"its {d.io} {d.arg} differs (an integer or bool tensor)",
                     "files")
 
@@ -156,6 +159,8 @@ def _reason(verdict: TwinVerdict, culprit: Node, seen: Node, arg: str, unobserve
         return "the inputs given to the two models differ"
     if pruned is not None:
         before = seen.previous_sibling()
+        while before is not None and before.module_path in unobserved:  # itself among the blocks left unseen
+            before = before.previous_sibling()
         after = f"between {before.module_path} and {seen.module_path}" if before else f"before {seen.module_path}"
         return (f"born {after}: the layer blocks {pruned[0]} … {pruned[1]} in between were pruned from a trace "
                 f"(trace with do_prune_layers=False to see which), or in {culprit.module_path}'s own code around them; "

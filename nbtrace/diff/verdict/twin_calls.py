@@ -10,7 +10,8 @@ nothing) it walks the tree.
 ``Counterparts`` finds b's fingerprints of a call: the aligned call's where the alignment paired it, else the call
 of b at the same place by role: the alignment's pairs in the blocks both traces kept give each of a's paths with
 its layer numbers masked (``model.layers.#.mlp.act_fn``) the masked path of b (``blocks.#.ffn.act``), and a's
-numbers fill it in (``blocks.1.ffn.act``).
+numbers fill it in (``blocks.1.ffn.act``); a's leaves set aside where b's files were pruned, which hold no numbers
+alike, pair with the calls b's twin kept there by their kind and order (``hidden_pairs.py``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from ...core.node import Node
 from ...core.ranks import call_key
 from ...core.twin import Twin, TwinPrint
+from .hidden_pairs import hidden_counterparts
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..comparison import Comparison
@@ -106,6 +108,7 @@ class Counterparts:
 
     def __init__(self, comparison: Comparison, twin_b: Twin) -> None:
         self.comparison, self.twin_b = comparison, twin_b
+        self.hidden = hidden_counterparts(comparison, twin_b)
         #: (a's masked path, call index) -> (b's masked path, call index): one module called twice on one side can
         #: stand for two modules on the other (a rename with ``#k``)
         self.roles: dict[tuple[str, int], tuple[str, int]] = {}
@@ -120,6 +123,9 @@ class Counterparts:
         match = self.comparison.match_of(call) if isinstance(call, Node) else None
         if match is not None:
             return call_key(match.b.module_path, match.b.call_index), self.twin_b.of(match.b)
+        hidden = self.hidden.get(id(call))
+        if hidden is not None:  # a leaf of a's, set aside where b's files were pruned: the one b's twin kept
+            return hidden, self.twin_b.calls.get(hidden, {})
         role = self.roles.get((_NUMBER.sub("#", call.module_path), call.call_index))
         if role is None:
             return None, {}

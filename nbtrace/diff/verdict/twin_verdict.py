@@ -17,7 +17,8 @@ between the last event whose compared tensors agreed and the first that differs:
 after its inputs (or its last child's outputs) agreed; the innermost call holding both events otherwise (a
 parent's own code between two children: a residual add, rotary and softmax inside an attention whose
 projections are modules). Integer and bool tensors (token ids, positions) are compared exactly as recorded at the
-same events. The top-level inputs differing is a verdict of its own ("inputs").
+same events, and so is the shape of the tensor a leaf hands on, after its inputs agreed: no rounding makes another
+shape (a pooling with another padding). The top-level inputs differing is a verdict of its own ("inputs").
 """
 
 from __future__ import annotations
@@ -271,6 +272,9 @@ def _events(comparison: Comparison, twin_a: Twin, twin_b: Twin, allowance: _Allo
         match = comparison.match_of(call) if isinstance(call, Node) else None
         exact = [d for d in match.diffs if d.io == io and d.ok is not None and d.rtol == 0
                  and d.basis != "shape"] if match is not None else []
+        if match is not None and io == "output" and not call.children and events and events[-1].node is call \
+                and events[-1].decided:  # its inputs compared and agreed: an output of another size is born here
+            exact += [d for d in match.diffs if d.io == io and d.basis == "shape" and d.arg == _first_out(match)]
         event = TwinEvent(call, io, _pairs(mine, theirs, io, allowance, ignore, given), exact)
         if io == "output" and not call.children:
             found = weights.get(call.module_path, [])
@@ -282,6 +286,11 @@ def _events(comparison: Comparison, twin_a: Twin, twin_b: Twin, allowance: _Allo
         if event.pairs or event.exact or event.weights:
             events.append(event)
     return events
+
+
+def _first_out(match) -> str | None:
+    """The place of the first output a's call recorded (the tensor it hands on)."""
+    return next((d.arg for d in match.diffs if d.io == "output"), None)
 
 
 def _pairs(mine_all: dict[str, TwinPrint], theirs_all: dict[str, TwinPrint], io: str, allowance: _Allowance,
