@@ -49,3 +49,27 @@ def test_a_port_of_gemma_agrees_and_each_bug_is_named_at_its_module(tmp_path, se
             bug, str(from_folders))
         live = nbtrace.compare(tmp_path / "original", port)
         assert (live.verdict, _named(live)) == ("agree" if bug is None else "diverge", expected), (bug, str(live))
+
+
+def test_a_bf16_port_of_gemma_sees_through_its_rounded_constants(tmp_path):
+    """docs/jax.md's bfloat16 recipe (the variables cast to bfloat16, the port ``.to(torch.bfloat16)``): the port holds
+    its embedding scale and rotary frequencies rounded to bfloat16, constants its float64 twin sees through (the
+    scale kept as a Python number beside its buffer, the frequencies computed again from the config), so they need
+    no allowance, and differences of function far below bfloat16's rounding are named."""
+    import jax
+    import jax.numpy as jnp
+
+    import nbtrace.jax as ntj
+
+    size = gemma_library.GemmaSize(kv_heads=2)
+    model, variables, ids = gemma_library.make_original(size, 5)
+    ntj.trace(model, jax.tree_util.tree_map(lambda a: a.astype(jnp.bfloat16), variables), ids,
+              debug_path=tmp_path / "original")
+    tokens = torch.from_numpy(ids.astype(np.int64))
+    for bug in [None, "gelu_exact", "attn_scale", "final_norm_eps"]:
+        port = gemma_library.make_port(variables, size, bug).to(torch.bfloat16)
+        with nbtrace.trace(port, debug_path=tmp_path / f"port_{bug}"):
+            port(tokens)
+        c = nbtrace.compare(tmp_path / "original", tmp_path / f"port_{bug}")
+        assert (c.verdict, _named(c)) == ("agree" if bug is None else "diverge", gemma_library.BUG_MODULES.get(bug)), (
+            bug, str(c))

@@ -42,6 +42,7 @@ from .numpy_parameters import (  # noqa: F401 - BLOCKS, SAMPLES: still importabl
 )
 from .serialize import local_tensor
 from .speculate import named_modules
+from .twin.offload import offloaded_values
 
 _INT_VIEW = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
@@ -88,10 +89,13 @@ class ParameterFingerprints:
         todo: list[_Pending] = []
         fresh: dict[int, _Pending] = {}  # a tensor held twice (tied weights) is computed once
         reused: dict[int, _Reused] = {}  # cached fingerprints, valid once their stamp is the one they were taken with
+        offloaded = offloaded_values(self.model)  # weights an offloading hook keeps off the model: read there
         with torch.no_grad():
             for path, name, kind, held in _named_tensors(self.model, self.root):
                 tensor = local_tensor(held)
                 tensor = held if tensor is None else tensor
+                if isinstance(tensor, torch.Tensor) and tensor.is_meta and id(held) in offloaded:
+                    tensor = offloaded[id(held)][0]
                 if not isinstance(tensor, torch.Tensor) or tensor.is_meta:
                     continue
                 key = id(held)

@@ -65,14 +65,18 @@ class TwinPrint:
     acc: float | None = None  # the RMS of the run's own output against this twin: the rounding it accumulated
     run_out: int = 0  # NaN, inf or sentinels in the run's output beyond the twin's
     run_rms: float | None = None  # the RMS of the run's own output (exact: its sum of squares)
+    #: the sums of the same tensor in the twin run with the model and its float inputs rounded to bfloat16
+    bf16: tuple[float, ...] | None = None
 
     @property
     def numel(self) -> int:
         return math.prod(self.shape)
 
-    def distance(self, other: TwinPrint) -> float:
-        """The RMS of the difference of the two tensors (an estimate from the sums)."""
-        return math.sqrt(sum((x - y) ** 2 for x, y in zip(self.sums, other.sums)) / self.kept)
+    def distance(self, other: TwinPrint, rounded: bool = False) -> float:
+        """The RMS of the difference of the two tensors (an estimate from the sums); ``rounded``: this tensor's sums
+        in the twin run with the model rounded to bfloat16 (``bf16``) against ``other``'s."""
+        sums = self.bf16 if rounded and self.bf16 is not None else self.sums
+        return math.sqrt(sum((x - y) ** 2 for x, y in zip(sums, other.sums)) / self.kept)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"shape": list(self.shape),
@@ -85,6 +89,8 @@ class TwinPrint:
         for name in ("s64", "sconst", "low", "acc", "run_rms"):
             if getattr(self, name) is not None:
                 out[name] = getattr(self, name)
+        if self.bf16 is not None:
+            out["p_bf16"] = base64.b64encode(struct.pack(f"<{SUMS}d", *self.bf16)).decode("ascii")
         return out
 
 
@@ -99,6 +105,9 @@ class Twin:
     #: where pruning left calls out of the files: every call's start ``"(" + name`` and end ``")" + name``, in order
     events: tuple[str, ...] = ()
     padding_from: str | None = None  # the top-level input the padding mask was found at
+    #: the constants' digests rounded to bfloat16 (where the twin also ran rounded to it): a bfloat16 port holding
+    #: its constants as this model's rounded has exactly these
+    constants_bf16: tuple[str, ...] = ()
 
     @property
     def padded(self) -> tuple[list[int], int] | None:
@@ -139,15 +148,16 @@ def _print(raw: Any, where: str) -> TwinPrint:
         optional = [raw.get(name) for name in _OPTIONAL]
         counts = [raw.get(name, 0) for name in _COUNTS]
         low = raw.get("low")
+        bf16 = _UNPACK(base64.b64decode(raw["p_bf16"], validate=True)) if "p_bf16" in raw else None
     except (KeyError, TypeError, AttributeError, ValueError, struct.error):
         raise _Bad(f"{where} must hold 'shape' and 'p' (base64 of {SUMS} float64 numbers)") from None
     numbers = [kept, rms, *counts, *(v for v in optional if v is not None)]
     if (type(shape) is not list or any(type(d) is not int or d < 0 for d in shape)
             or any(type(v) not in (int, float) or not 0 <= v < _INF for v in numbers)
-            or any(not -_INF < v < _INF for v in sums) or (low is not None and type(low) is not str)):
+            or any(not -_INF < v < _INF for v in sums + (bf16 or ())) or (low is not None and type(low) is not str)):
         raise _Bad(f"{where} holds a malformed value (sizes, finite numbers >= 0, 'low' a string)")
     return TwinPrint(tuple(shape), sums, int(kept), float(rms), int(counts[0]), optional[0], optional[1], low,
-                     optional[2], int(counts[1]), optional[3])
+                     optional[2], int(counts[1]), optional[3], bf16)
 
 
 def parse_twin(section: Any) -> Twin:
@@ -168,8 +178,10 @@ def parse_twin(section: Any) -> Twin:
             raise _Bad(f"calls[{name!r}] must be an object of places")
         parsed[name] = {place: _print(raw, f"calls[{name!r}][{place!r}]") for place, raw in places.items()}
     constants = section.get("constants", [])
-    if not isinstance(constants, list) or not all(isinstance(c, str) for c in constants):
-        raise _Bad("'constants' must be a list of strings")
+    rounded = section.get("constants_bf16", [])
+    for name, value in (("constants", constants), ("constants_bf16", rounded)):
+        if not isinstance(value, list) or not all(isinstance(c, str) for c in value):
+            raise _Bad(f"'{name}' must be a list of strings")
     for key in ("padding", "skipped", "padding_from"):
         if section.get(key) is not None and not isinstance(section.get(key), str):
             raise _Bad(f"'{key}' must be a string or null")
@@ -177,7 +189,7 @@ def parse_twin(section: Any) -> Twin:
     if not isinstance(events, list) or not all(isinstance(e, str) and e[:1] in ("(", ")") for e in events):
         raise _Bad("'events' must be a list of strings starting with '(' or ')'")
     return Twin(parsed, section.get("padding"), tuple(constants), section.get("skipped"), tuple(events),
-                section.get("padding_from"))
+                section.get("padding_from"), tuple(rounded))
 
 
 def twin_of(trace: Trace) -> Twin | None:

@@ -16,17 +16,21 @@ import torch
 from torch import nn
 
 from .host_memory import SHARE, available_host_memory
+from .offload import offloaded_values
 
 
 def twin_cost(model: nn.Module) -> dict[torch.device, int]:
     """Bytes of the float64 copy of ``model``'s float tensors, per device."""
     cost: dict[torch.device, int] = {}
     seen: set[int] = set()
+    offloaded = offloaded_values(model)
     for tensor in chain(model.parameters(), model.buffers()):
         if id(tensor) in seen or not tensor.is_floating_point():
             continue
         seen.add(id(tensor))
-        cost[tensor.device] = cost.get(tensor.device, 0) + 8 * tensor.numel()
+        value, device = offloaded.get(id(tensor), (tensor, None))  # an offloaded one: where its module runs
+        where = torch.device(device) if device is not None else value.device
+        cost[where] = cost.get(where, 0) + 8 * tensor.numel()
     return cost
 
 
@@ -48,11 +52,12 @@ def twin_unfit(model: nn.Module) -> str | None:
 
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
         return "under torch.distributed its float64 run would call collectives the other ranks never join"
+    offloaded = offloaded_values(model)
     for tensor in chain(model.parameters(), model.buffers()):
         if type(tensor) not in (torch.Tensor, nn.Parameter) and not isinstance(tensor, nn.Parameter):
             return f"its parameters are {type(tensor).__name__}s, not plain tensors"
-        if tensor.device.type == "meta":
-            return "its parameters are on the meta device"
+        if tensor.device.type == "meta" and id(tensor) not in offloaded:
+            return "its parameters are on the meta device, and no offloading hook holds their values"
     for device, needed in twin_cost(model).items():
         free = free_memory(device)
         if free is not None and needed > SHARE * free:

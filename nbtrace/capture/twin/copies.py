@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import enum
 import functools
+import sys
 import types
 from collections import OrderedDict
 from itertools import chain
@@ -26,6 +27,8 @@ from typing import Any
 
 import torch
 from torch import nn
+
+from .offload import HOOK_ATTRIBUTES, offloaded_values, own_forward
 
 #: attribute of nbtrace's forward wrappers: what ``module.__dict__["forward"]`` held before (or ``MISSING``)
 WRAPPED = "__nbtrace_before__"
@@ -45,13 +48,89 @@ def unwrapped(forward: Any) -> Any:
 
 
 def copy_in(module: nn.Module, dtype: torch.dtype) -> nn.Module:
-    """A copy of ``module`` whose float parameters, buffers and tensor attributes are in ``dtype`` (see above)."""
+    """A copy of ``module`` whose float parameters, buffers and tensor attributes are in ``dtype`` (see above); an
+    offloaded one (``offload.py``) holds its weights itself, on the device its module runs on, and runs without the
+    offloading hook."""
     memo: dict[int, Any] = {"dtype": dtype}
+    offloaded = offloaded_values(module)
+    unrounded = unrounded_buffers(module)
     for tensor in chain(module.parameters(), module.buffers()):
         if tensor.is_floating_point():
-            wide = tensor.detach().to(dtype, copy=True)
+            value, device = offloaded.get(id(tensor), (unrounded.get(id(tensor), tensor), None))
+            wide = value.detach().to(device if device is not None else value.device, dtype, copy=True)
             memo[id(tensor)] = nn.Parameter(wide, requires_grad=False) if isinstance(tensor, nn.Parameter) else wide
     return _clone(module, memo)
+
+
+def unrounded_buffers(module: nn.Module) -> dict[int, torch.Tensor]:
+    """``id(buffer) -> the wider value it was rounded from``, for a half-precision buffer (a constant the model keeps
+    outside its weights) whose module also holds that value wider: the constant as the model computed it before
+    ``model.to(torch.bfloat16)`` rounded the buffer. Found where the module keeps it beside the buffer (a wider tensor
+    attribute of its shape; a Python number for a scalar: transformers' ``scalar_embed_scale`` beside
+    ``embed_scale``), or can compute it again (transformers' rotary embeddings: ``rope_init_fn(config)``), and only
+    where it rounds to the buffer exactly. A float64 copy starts from the wider value: the twin sees through a port's
+    rounding of its constants, which stays its run's rounding."""
+    found: dict[int, torch.Tensor] = {}
+    for sub in module.modules():
+        narrow = [(name, t) for name, t in sub._buffers.items() if t is not None and t.is_floating_point()
+                  and not t.is_meta and t.dtype.itemsize < 4]
+        if not narrow:
+            continue
+        for name, buffer in narrow:
+            for candidate in _wider_values(sub, name, buffer):
+                if (candidate.shape == buffer.shape and candidate.dtype.itemsize > buffer.dtype.itemsize
+                        and torch.equal(candidate.to(buffer.device, buffer.dtype), buffer)):
+                    found[id(buffer)] = candidate.to(buffer.device)
+                    break
+    return found
+
+
+def seen_through_if_rounded(module: nn.Module, dtype: torch.dtype) -> set[int]:
+    """ids of ``module``'s float buffers that, rounded to ``dtype`` as a port would hold them, a twin sees through
+    (``unrounded_buffers``): a run that stands for such a port keeps them as they are."""
+    found: set[int] = set()
+    for sub in module.modules():
+        for name, buffer in sub._buffers.items():
+            if buffer is None or not buffer.is_floating_point() or buffer.is_meta:
+                continue
+            if buffer.dtype.itemsize <= dtype.itemsize:
+                continue
+            rounded = buffer.detach().to(dtype)
+            if any(c.shape == rounded.shape and c.dtype.itemsize > rounded.dtype.itemsize
+                   and torch.equal(c.to(rounded.device, dtype), rounded) for c in _wider_values(sub, name, rounded)):
+                found.add(id(buffer))
+    return found
+
+
+def _wider_values(module: nn.Module, name: str, buffer: torch.Tensor) -> list[torch.Tensor]:
+    """What ``module`` holds or computes that may be ``buffer``'s value before it was rounded (see above)."""
+    found = [v for v in vars(module).values() if isinstance(v, torch.Tensor) and v.is_floating_point()
+             and v is not buffer and not v.is_meta]
+    if buffer.dim() == 0:
+        found += [torch.tensor(v, dtype=torch.float64) for v in vars(module).values() if type(v) is float]
+    recompute = _rope_function(module) if name in ("inv_freq", "original_inv_freq") else None
+    if recompute is not None:
+        try:
+            value = recompute(module.config)
+        except Exception:  # noqa: BLE001 - a rope function that takes other arguments: nothing seen through
+            value = None
+        value = value[0] if isinstance(value, tuple) else value
+        if isinstance(value, torch.Tensor):
+            found.append(value)
+    return found
+
+
+def _rope_function(module: nn.Module) -> Any:
+    """The function a transformers rotary embedding computed its frequencies with, from its config (None: none)."""
+    if not hasattr(module, "config"):
+        return None
+    kind = getattr(module, "rope_type", None)
+    if kind == "default" and callable(getattr(module, "compute_default_rope_parameters", None)):
+        return module.compute_default_rope_parameters
+    if callable(getattr(module, "rope_init_fn", None)):
+        return module.rope_init_fn
+    table = getattr(sys.modules.get("transformers.modeling_rope_utils"), "ROPE_INIT_FUNCTIONS", None)
+    return table.get(kind) if isinstance(table, dict) else None
 
 
 def float64_copy(module: nn.Module) -> nn.Module:
@@ -88,8 +167,13 @@ def _clone(module: nn.Module, memo: dict[Any, Any]) -> nn.Module:
     twin = cls.__new__(cls)
     memo[id(module)] = twin
     state = {}
+    own = own_forward(module)  # under an offloading hook: the module's own forward, the copy holding its weights
     for key, value in module.__dict__.items():
-        if key in ("_parameters", "_buffers"):
+        if key in HOOK_ATTRIBUTES:
+            continue
+        if key == "forward" and own is not None:
+            state[key] = _attribute(own, memo)
+        elif key in ("_parameters", "_buffers"):
             state[key] = {name: None if t is None else _tensor(t, memo) for name, t in value.items()}
         elif key == "_modules":
             state[key] = {name: None if m is None else _clone(m, memo) for name, m in value.items()}

@@ -12,7 +12,11 @@ parameter, buffer and tensor attribute by one float64 rounding (how far float64 
 its own precision, measured), ``"constants"`` the float tensors the model holds outside its ``state_dict`` by
 one rounding of their own dtype, of each value's size plus the table's RMS (rotary frequencies, sinusoid tables an
 implementation computes for itself: computed in their dtype, they err near their zeros too). The difference of
-the fingerprints of a perturbed run and of the twin measures each call's sensitivity to it.
+the fingerprints of a perturbed run and of the twin measures each call's sensitivity to it. The rounded run
+(``ROUNDED``, ``"bfloat16"``) is not a perturbation but a second function: the twin with every stored float tensor
+and every float top-level input rounded to bfloat16 (from the live model's own values), as a port that stores the
+model in bfloat16 holds them. A bfloat16 port's twin is compared with it float64 against float64, so the weights'
+rounding is the port's, accounted exactly, never an allowance that hides a semantic difference.
 
 The caller keeps a generation's twin cache going with ``values.remember(known, output, twin output)``.
 A run returns ``TwinRun``: per call, place -> (shape, dtype of the run, numbers on the device), and, from the
@@ -33,13 +37,16 @@ from typing import Any
 import torch
 from torch import nn
 
-from .copies import copy_in, non_state_constants
+from .copies import copy_in, non_state_constants, seen_through_if_rounded, unrounded_buffers
+from .offload import offloaded_values
 from .state import CarriedState
 from .fingerprint import fingerprint
 from .numerics import float64_twin
 from .padding import padding_candidates
 
 PERTURBATIONS = ("float64", "constants")
+#: the narrower dtypes a port commonly stores a model in: the twin runs once more with the model rounded into each
+ROUNDED = ("bfloat16",)
 _UNIT = {torch.float64: 2.0**-53, torch.float32: 2.0**-24, torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11}
 
 
@@ -96,12 +103,15 @@ def find_valid(args: tuple, kwargs: dict[str, Any], declared: str | bool | None 
     return Padding(valid, places, chosen)
 
 
-def constants_digest(model: nn.Module) -> list[tuple[str, torch.Tensor]]:
+def constants_digest(model: nn.Module, rounded: torch.dtype | None = None) -> list[tuple[str, torch.Tensor]]:
     """Per float constant ``model`` holds outside its ``state_dict``: its dtype and shape, and two wrapping sums of
     its bits (plain and weighted by position) as a 2-element int64 tensor on its device; two sides whose digests
-    (``digest_text``) are equal computed the same constants bit for bit."""
+    (``digest_text``) are equal computed the same constants bit for bit. ``rounded``: the digests of the constants
+    rounded to that dtype (a port that holds them rounded has these)."""
     found = []
     for _, tensor in non_state_constants(model):
+        if rounded is not None and tensor.dtype.itemsize > rounded.itemsize:
+            tensor = tensor.detach().to(rounded)
         bits = tensor.detach().contiguous().reshape(-1).view(_INT_VIEW[tensor.element_size()]).to(torch.int64)
         weights = torch.arange(bits.numel(), device=bits.device) % 65521 + 1
         found.append((f"{str(tensor.dtype).replace('torch.', '')}:{list(tensor.shape)}",
@@ -254,12 +264,16 @@ def _perturb(live: nn.Module, wide: nn.Module, kind: str) -> None:
     """Move the copy's stored float tensors by one rounding (``kind``: see the module docstring), in place: each
     element times ``1 + u·r``, ``r`` in [-1, 1) from a fixed pseudo-random sequence started at a place drawn from
     the tensor's name, so it is the same on every run."""
+    if kind in ROUNDED:
+        _round(live, wide, getattr(torch, kind))
+        return
     if kind not in PERTURBATIONS:
-        raise ValueError(f"perturb must be one of {PERTURBATIONS}, got {kind!r}")
+        raise ValueError(f"perturb must be one of {PERTURBATIONS + ROUNDED}, got {kind!r}")
     if kind == "float64":
         named = [(n, t, torch.float64) for n, t in _stored(wide)]
     else:
-        units = {n: t.dtype for n, t in non_state_constants(live)}
+        seen_through = unrounded_buffers(live)  # the twin holds these at their wider values (``copies.py``)
+        units = {n: seen_through.get(id(t), t).dtype for n, t in non_state_constants(live)}
         named = [(n, t, units[n]) for n, t in non_state_constants(wide) if n in units]
     with torch.no_grad(), torch._C.DisableTorchFunction():
         for name, tensor, dtype in named:
@@ -269,6 +283,35 @@ def _perturb(live: nn.Module, wide: nn.Module, kind: str) -> None:
                 tensor.mul_(1 + unit * noise)
             else:  # a table computed in its dtype errs by its values' scale, near its zeros too (sin, cos)
                 tensor.add_(unit * noise * (tensor.abs() + tensor.square().mean().sqrt()))
+
+
+def _round(live: nn.Module, wide: nn.Module, dtype: torch.dtype) -> None:
+    """Set every stored float tensor of the copy to the live model's value rounded to ``dtype`` (from the live
+    values, not the perturbed copy's: a value on a rounding tie must round as the port's conversion rounds it), but
+    for the constants a port's twin sees through (``copies.unrounded_buffers``): those are set back to the live
+    values as they are."""
+    offloaded = offloaded_values(live)  # an offloaded model's weights: where its hooks read them
+    kept = seen_through_if_rounded(live, dtype)
+    source = {name: (offloaded.get(id(t), (t, None))[0], id(t) in kept) for name, t in _stored(live)}
+    with torch.no_grad(), torch._C.DisableTorchFunction():
+        for name, tensor in _stored(wide):
+            value, as_is = source.get(name, (None, False))
+            if value is None or value.shape != tensor.shape or value.is_meta or value.layout != torch.strided:
+                continue
+            tensor.copy_((value.detach() if as_is else value.detach().to(dtype)).to(tensor.device, torch.float64))
+
+
+def rounded_inputs(value: Any, dtype: torch.dtype, depth: int = 0) -> Any:
+    """A forward's arguments with every float tensor (in plain lists, tuples and dicts) rounded to ``dtype``."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().to(dtype) if value.is_floating_point() and value.dtype != dtype else value
+    if depth > 8:
+        return value
+    if type(value) in (list, tuple):
+        return type(value)(rounded_inputs(v, dtype, depth + 1) for v in value)
+    if type(value) is dict:
+        return {k: rounded_inputs(v, dtype, depth + 1) for k, v in value.items()}
+    return value
 
 
 _NOISE: dict[torch.device, torch.Tensor] = {}

@@ -40,15 +40,20 @@ def accumulated(twin: Sequence[float], run: Sequence[float] | None) -> tuple[flo
 
 
 def twin_entry(shape: Sequence[int], values: Sequence[float], s64: float | None, sconst: float | None,
-               low: str | None, run: Sequence[float] | None) -> dict:
-    """The sidecar's entry of one float tensor of the twin (``core/twin.py``'s ``TwinPrint.to_dict``)."""
+               low: str | None, run: Sequence[float] | None, bf16: Sequence[float] | None = None) -> dict:
+    """The sidecar's entry of one float tensor of the twin (``core/twin.py``'s ``TwinPrint.to_dict``); ``bf16``:
+    the fingerprint of the same tensor in the twin run with the model rounded to bfloat16 (``forward.ROUNDED``)."""
     kept = int(values[KEPT])
     finite = all(math.isfinite(v) for v in values[:LEFT_OUT])  # a +inf: the sums cannot be used
     rms = math.sqrt(values[SUMSQ] / kept) if kept and finite else 0.0
     sums = tuple(float(v) for v in values[:SUMS]) if finite else (0.0,) * SUMS
     left_out = int(values[LEFT_OUT]) if finite else max(int(values[LEFT_OUT]), 1)
     acc, run_rms, run_out = accumulated(values, run)
-    return TwinPrint(tuple(shape), sums, kept, rms, left_out, s64, sconst, low, acc, run_out, run_rms).to_dict()
+    rounded = None
+    if bf16 is not None and int(bf16[KEPT]) == kept and all(math.isfinite(v) for v in bf16[:SUMS]):
+        rounded = tuple(float(v) for v in bf16[:SUMS])
+    return TwinPrint(tuple(shape), sums, kept, rms, left_out, s64, sconst, low, acc, run_out, run_rms,
+                     rounded).to_dict()
 
 
 #: call name -> place -> a fingerprint's numbers (what each capture has on the host once its forward is done)
@@ -61,7 +66,8 @@ def fill_calls(section: dict[str, Any], written: list[str],
     """``section["calls"]``: the twin's entries for the calls of the tree as written (``written``, after pruning),
     then those pruning left out of the files, with ``events`` (every call's start and end, in order) so a verdict
     can look inside them. ``prints``: call -> place -> (shape, numbers); ``perturbed``: the perturbed twins'
-    numbers by kind (``"float64"``: ``s64``, ``"constants"``: ``sconst``); ``run``: the run's own outputs'."""
+    numbers by kind (``"float64"``: ``s64``, ``"constants"``: ``sconst``, ``"bfloat16"``: the rounded run's sums);
+    ``run``: the run's own outputs'."""
     kept = set(written)
     hidden = [key for key in prints if key not in kept]
     if hidden:
@@ -74,7 +80,8 @@ def fill_calls(section: dict[str, Any], written: list[str],
             place: twin_entry(shape, values,
                               sensitivity(values, perturbed.get("float64", {}).get(key, {}).get(place)),
                               sensitivity(values, perturbed.get("constants", {}).get(key, {}).get(place)),
-                              low.get(key), run.get(key, {}).get(place))
+                              low.get(key), run.get(key, {}).get(place),
+                              perturbed.get("bfloat16", {}).get(key, {}).get(place))
             for place, (shape, values) in places.items()}
 
 

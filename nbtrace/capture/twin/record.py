@@ -27,7 +27,7 @@ from ..recorded import named_calls
 from ..rounding_numbers import float_leaves
 from ..transfer import to_host_many
 from .fingerprint import fingerprint
-from .forward import Padding, constants_digest, digest_text, find_valid, twin_runs
+from .forward import ROUNDED, Padding, constants_digest, digest_text, find_valid, rounded_inputs, twin_runs
 from .print_numbers import fill_calls, padding_text
 from .state import CarriedState
 from .values import remember, upcast
@@ -77,19 +77,25 @@ class TwinRecorder:
         self.model, self.class_name = model, class_name
         self.padding_mask = padding_mask  # declared by the user (``padding.py``), or None: found
         self.keep_inputs = keep_inputs  # the top-level inputs, for a trace that holds only their printout
-        self.known: dict[str | None, dict[int, tuple[Any, Any]]] = {None: {}, "float64": {}, "constants": {}}
+        self.known: dict[str | None, dict[int, tuple[Any, Any]]] = {
+            None: {}, "float64": {}, "constants": {}, **{kind: {} for kind in ROUNDED}}
         self.carried = CarriedState()  # what the model keeps in its own attributes from forward to forward
         self._constants: list[tuple[str, torch.Tensor]] | None = None  # computed on the device, once per block
+        self._rounded: list[str] = []  # the rounded runs (``forward.ROUNDED``) this model's forwards get
         self._constant_slots: list[tuple[str, Slot]] | None = None
         self._digests: list[str] | None = None
+        #: the same for the constants rounded to bfloat16, where the model holds wider ones and runs that twin
+        self._rounded_constants: list[tuple[str, Slot]] | None = None
         #: why no twin is recorded in this block (``measure_rounding="auto"`` and a model too large), or None
         self.skipped: str | None = None
 
     def kinds(self) -> list[str | None]:
-        """The runs of a forward: the twin, the float64 perturbation, and the constants' one when there are any."""
+        """The runs of a forward: the twin, the float64 perturbation, the constants' one when there are any, and the
+        model rounded to bfloat16 when it stores float parameters wider than that (``forward.ROUNDED``)."""
         if self._constants is None:
             self._constants = constants_digest(self.model)
-        return [None, "float64"] + (["constants"] if self._constants else [])
+            self._rounded = [kind for kind in ROUNDED if _stores_wider(self.model, getattr(torch, kind))]
+        return [None, "float64"] + (["constants"] if self._constants else []) + self._rounded
 
     def digests(self) -> list[str]:
         """The constants' digests (sorted), once the forward that computed them has reached the host."""
@@ -98,13 +104,19 @@ class TwinRecorder:
                                    for head, slot in self._constant_slots)
         return self._digests or []
 
+    def rounded_digests(self) -> list[str]:
+        """The constants' digests rounded to bfloat16 (sorted; empty where no such run is made)."""
+        return sorted(digest_text(head, [int(v) for v in slot.values()])
+                      for head, slot in self._rounded_constants or [])
+
     def start(self, args: tuple, kwargs: dict[str, Any]) -> TwinStart:
         """Copy the top-level inputs for every run, before the forward can change them (a KV cache grows)."""
         kept = _input_tensors(args, kwargs) if self.keep_inputs else {}
         if self.skipped is not None:
             return TwinStart({}, None, kept, problem=f"not recorded: {self.skipped}")
         try:
-            inputs = {kind: upcast((args, kwargs), self.known[kind]) for kind in self.kinds()}
+            inputs = {kind: upcast(rounded_inputs((args, kwargs), getattr(torch, kind)) if kind in ROUNDED
+                                   else (args, kwargs), self.known[kind]) for kind in self.kinds()}
             self.carried.snapshot(self.model)
             padding = self._padding(args, kwargs)
             return TwinStart(inputs, padding.valid, kept, padding=padding)
@@ -151,6 +163,9 @@ class TwinRecorder:
         start.seen = {}
         if self._constant_slots is None and self._constants is not None:
             self._constant_slots = [(head, batch.add(sums)) for head, sums in self._constants]
+            if self._rounded and self._constants:
+                self._rounded_constants = [(head, batch.add(sums)) for head, sums
+                                           in constants_digest(self.model, getattr(torch, self._rounded[0]))]
         if start.problem is not None:
             return numbers
         try:
@@ -178,6 +193,8 @@ class TwinRecorder:
         """The sidecar's ``twin`` section for the tree as written (``root``, after pruning)."""
         section: dict[str, Any] = {"version": TWIN_VERSION, "sums": SUMS, "padding": None,
                                    "constants": self.digests(), "calls": {}}
+        if self._rounded_constants:
+            section["constants_bf16"] = self.rounded_digests()
         if numbers is None or numbers.problem is not None:
             section["skipped"] = numbers.problem if numbers is not None else "the forward raised"
             return section
@@ -194,6 +211,11 @@ class TwinRecorder:
         written = [key for key, _ in named_calls(root)]
         fill_calls(section, written, prints, perturbed, _on_host(numbers.run), numbers.low, numbers.events)
         return section
+
+
+def _stores_wider(model: nn.Module, dtype: torch.dtype) -> bool:
+    """True when ``model`` holds a float parameter wider than ``dtype`` (what a port may have rounded into it)."""
+    return any(p.is_floating_point() and p.dtype.itemsize > dtype.itemsize for p in model.parameters())
 
 
 def _on_host(calls: dict[str, dict[str, Slot]]) -> dict[str, dict[str, list]]:

@@ -16,6 +16,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from .offload import execution_device
+
 MISSING = object()
 _ATOMIC = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device, torch.layout)
 _DEPTH = 8  # how deep inside an input object (a KV cache and its layers) tensors are looked for
@@ -101,8 +103,13 @@ def _prefill(value: Any, memo: dict[int, Any], depth: int) -> None:
 
 
 def device_of(module: nn.Module) -> torch.device:
-    """Where ``module`` computes: its first parameter's or buffer's device (the CPU when it holds none)."""
+    """Where ``module`` computes: its first parameter's or buffer's device (the CPU when it holds none); for one on
+    the meta device, the device an offloading hook runs it on (``offload.py``)."""
     for tensor in chain(module.parameters(), module.buffers()):
+        if tensor.is_meta:
+            device = execution_device(module)
+            if device is not None:
+                return device
         return tensor.device
     return torch.device("cpu")
 

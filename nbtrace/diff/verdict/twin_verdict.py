@@ -35,6 +35,7 @@ from ..align.shapes import same_flat_order
 from ..measure.metrics import TensorDiff
 from .evidence import Evidence
 from .twin_calls import Counterparts, call_events
+from .stored_dtypes import rounded_side, stored_rounding
 from .weights import same_product, weight_evidence
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -191,7 +192,11 @@ def twin_verdict(comparison: Comparison) -> TwinVerdict | None:
     differ = tuple(twin_a.constants) != tuple(twin_b.constants)
     ignore = re.compile(comparison.ignore) if comparison.ignore else None
     stored = stored_rounding(comparison)
-    events = _events(comparison, twin_a, twin_b, _Allowance(differ, stored), ignore)
+    rounded = rounded_side(comparison) if stored else None
+    if rounded is not None:  # the narrower side's constants against the wider side's rounded into its dtype
+        wide, narrow = (twin_a, twin_b) if rounded == "a" else (twin_b, twin_a)
+        differ = tuple(narrow.constants) != tuple(wide.constants_bf16 or wide.constants)
+    events = _events(comparison, twin_a, twin_b, _Allowance(differ, 0.0 if rounded else stored, rounded), ignore)
     verdict = TwinVerdict("nothing", events=events, constants_differ=differ, stored=stored)
     verdict.compared = sum(len(e.decided) for e in events)
     good: TwinEvent | None = None
@@ -237,29 +242,13 @@ def innermost(x: Node, y: Node) -> Node:
 @dataclass(frozen=True)
 class _Allowance:
     """What besides float64 rounding may separate two correct twins: constants computed differently (``differ``),
-    and weights stored in a narrower dtype on one side (``stored``: that dtype's unit roundoff, else 0)."""
+    and weights stored in a narrower dtype on one side (``stored``: that dtype's unit roundoff, else 0). Where the
+    wider side's twin also ran with its model rounded into the narrower side's dtype (``rounded``: "a" or "b", the
+    wider side), that run is compared instead, and the weights' rounding needs no allowance at all."""
 
     differ: bool
     stored: float
-
-
-def stored_rounding(comparison: Comparison) -> float:
-    """The unit roundoff by which one side's stored parameters may be the other's rounded: 0 when both hold their
-    float parameters in the same dtypes, else that of the narrowest float dtype either holds (a float32 original
-    against its bfloat16 port: the port's weights are the original's rounded to bfloat16, part of its rounding)."""
-    kinds = []
-    for trace in (comparison.a, comparison.b):
-        section = trace.sidecar.get("parameters") or {}
-        kinds.append({t.get("dtype") for tensors in section.values() if isinstance(tensors, dict)
-                      for t in tensors.values() if isinstance(t, dict) and t.get("kind", "parameter") == "parameter"})
-    units = {name: UNITS.get(name, 0.0) for name in kinds[0] | kinds[1]}
-    if kinds[0] == kinds[1] or not any(units.values()):
-        return 0.0
-    return max(units.values())
-
-
-UNITS = {"float32": 2.0**-24, "bfloat16": 2.0**-8, "float16": 2.0**-11, "float8_e4m3fn": 2.0**-4,
-         "float8_e5m2": 2.0**-3}
+    rounded: str | None = None
 
 
 def _events(comparison: Comparison, twin_a: Twin, twin_b: Twin, allowance: _Allowance,
@@ -359,7 +348,12 @@ def _judge(pair: TwinPair, allowance: _Allowance, given: bool = False) -> None:
         side = "the reference's" if a.low else "the port's"
         pair.undecided = f"{side} float64 twin is not float64 from here on ({a.low or b.low})"
         return
-    difference = a.distance(b)
+    if allowance.rounded == "a" and a.bf16 is not None:
+        difference = a.distance(b, rounded=True)
+    elif allowance.rounded == "b" and b.bf16 is not None:
+        difference = b.distance(a, rounded=True)
+    else:
+        difference = a.distance(b)
     s_a, s_b = a.s64 or 0.0, b.s64 or 0.0
     constants = CONSTANT_ROUNDINGS * ((a.sconst or 0.0) + (b.sconst or 0.0)) if differ else 0.0
     # one rounding of every stored weight to the narrower dtype moves a twin by about s64 scaled from float64's
@@ -375,6 +369,9 @@ def _judge(pair: TwinPair, allowance: _Allowance, given: bool = False) -> None:
         also += f" and the weights one side stores in a narrower dtype {_n(stored)}"
     if rounded:
         also += f" and the inputs rounded once into that dtype {_n(rounded)}"
+    if allowance.rounded:
+        also += (f" (the {'reference' if allowance.rounded == 'a' else 'port'}'s twin run with its weights and inputs "
+                 f"rounded to bfloat16, as the other side stores them)")
     sentence = (f"the two float64 twins differ by {_n(difference)} (RMS, {_n(difference / scale if scale else 0.0)} "
                 f"relative) where their own float64 precision, measured, is {_n(s_a)} (reference) and {_n(s_b)} "
                 f"(port){also}, and k = {K_TWIN:g} allows {_n(allowed)}")
