@@ -20,6 +20,7 @@ from ..measure import attention_bound
 from ..measure.bounds import TF32
 from ..measure.noise import unit_roundoff
 from .evidence import Evidence
+from .operation import b_values
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -89,10 +90,10 @@ def _load(judge: FileVerdict, slot: Slot, side: str, raw: bool = False) -> Any:
     import torch
 
     if side == "a":
-        tensor, cache = slot.tensor, judge.flow_a.cache
+        tensor, cache = slot.source.tensor, judge.flow_a.cache
     else:
         place, diff = judge.place(slot)
-        tensor = judge._b_tensor(place) if diff is not None else None
+        tensor = b_values(judge, place) if diff is not None else None
         cache = judge.flow_b.cache
         if tensor is None or tuple(tensor.shape) != tuple(slot.tensor.shape):
             return None

@@ -75,13 +75,23 @@ def bound_evidence(judge: FileVerdict, producer: Producer, slot: Slot, what: str
 
 def _pair(judge: FileVerdict, slot: Slot) -> tuple[torch.Tensor, torch.Tensor, Slot] | None:
     """Both sides' values of one tensor of a's call at exactly that place, as float64 rows (padding rows out)."""
-    other = judge._b_tensor(slot)
+    other = b_values(judge, slot)
     if other is None or tuple(other.shape) != tuple(slot.tensor.shape) or not slot.tensor.shape:
         return None
-    x, y = judge.flow_a.cache.load(slot.tensor), judge.flow_b.cache.load(other)
+    x, y = judge.flow_a.cache.load(slot.source.tensor), judge.flow_b.cache.load(other)
     if x is None or y is None or x.numel() == 0 or x.is_complex() or y.is_complex():
         return None
     return as_matrix(x, judge.valid), as_matrix(y.reshape(x.shape), judge.valid), slot
+
+
+def b_values(judge: FileVerdict, slot: Slot) -> Any:
+    """b's counterpart of the tensor at exactly this place of a, as the slot where its values first appeared in b
+    (a repeat's file is a hard link already read there: each file is read once)."""
+    diff = judge._diff(slot)
+    if diff is None or diff.basis != "tensors":
+        return None
+    found = judge.flow_b.slot(judge.matches[id(slot.node)].b, slot.io, diff.b_arg)
+    return found.source.tensor if found is not None else judge._b_tensor(slot)
 
 
 def _held(trace: Any, path: str) -> dict[str, dict[str, Any]] | None:
