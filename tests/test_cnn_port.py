@@ -111,3 +111,18 @@ def test_an_activation_in_place_is_seen_by_the_float64_twin(tmp_path):
     x = torch.randn(2, 3, 8, 8)
     c = nbtrace.compare(traced(original, (x,), tmp_path / "a"), traced(port, (x,), tmp_path / "b"))
     assert c.verdict == "agree", c.summary()
+
+
+def test_both_sides_pruned_by_other_numbers(tmp_path):
+    """resnet34's stages hold 3, 4, 6 and 3 blocks: the default folders prune timm's blocks inside each stage and
+    the port's stages 1 and 2 whole. The correct port agrees from default folders and replayed; a norm's eps in a
+    block neither side's files hold (timm's ``layer3.4``) is named at that norm: the two float64 twins kept it."""
+    original, x = r.original(3, depth=34), r.inputs(3)
+    reference = traced(original, (x,), tmp_path / "a")
+    for bug, where in ((None, None), ("deep_eps", f"{r.ROOT}.layer3.4.bn2")):
+        port = r.port(original, bug)
+        for mode, c in (("default folders", nbtrace.compare(reference, traced(port, (x,), tmp_path / f"b-{bug}"))),
+                        ("replayed", nbtrace.compare(reference, port))):
+            found = c.first_divergence
+            assert (found.module_path if found else None) == where and c.verdict == ("agree" if bug is None
+                                                                                   else "diverge"), f"{mode}: {c.summary()}"

@@ -34,11 +34,12 @@ BUGS = {
 }
 
 
-def original(seed: int, dtype: torch.dtype = torch.float32) -> nn.Module:
-    """timm's resnet18 with seeded weights, its norms' statistics and affine parameters drawn too, in eval mode."""
+def original(seed: int, dtype: torch.dtype = torch.float32, depth: int = 18) -> nn.Module:
+    """timm's resnet18 (or ``resnet{depth}`` of basic blocks: 34) with seeded weights, its norms' statistics and
+    affine parameters drawn too, in eval mode."""
     timm = require_library("timm")
     torch.manual_seed(seed)
-    model = timm.create_model("resnet18", pretrained=False, num_classes=LABELS)
+    model = timm.create_model(f"resnet{depth}", pretrained=False, num_classes=LABELS)
     with torch.no_grad():
         for module in model.modules():
             if isinstance(module, nn.BatchNorm2d):
@@ -78,7 +79,8 @@ def port(reference: nn.Module, bug: str | None = None) -> nn.Module:
     """transformers' ResNet with the reference's weights converted by names, in its dtype, with at most one bug."""
     from transformers import ResNetConfig, ResNetForImageClassification
 
-    config = ResNetConfig(embedding_size=64, hidden_sizes=[64, 128, 256, 512], depths=[2, 2, 2, 2],
+    depths = [len(getattr(reference, f"layer{n}")) for n in range(1, 5)]
+    config = ResNetConfig(embedding_size=64, hidden_sizes=[64, 128, 256, 512], depths=depths,
                           layer_type="basic", num_labels=LABELS)
     model = ResNetForImageClassification(config)
     missing, unexpected = model.load_state_dict(
@@ -98,6 +100,8 @@ def port(reference: nn.Module, bug: str | None = None) -> nn.Module:
         model.resnet.embedder.pooler.padding = 0
     elif bug == "shortcut_eps":
         stages[2].layers[0].shortcut.normalization.eps = 1e-1
+    elif bug == "deep_eps":  # resnet34: a block pruned from both sides' default folders
+        stages[2].layers[4].layer[1].normalization.eps = 1e-1
     elif bug == "train_mode":
         model.train()
     elif bug is not None:

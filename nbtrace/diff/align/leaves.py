@@ -19,6 +19,8 @@ but the computations do: the leaves (the calls that compute) run in the same ord
 
 from __future__ import annotations
 
+import copy
+
 from ...core.node import Node
 from .call_features import CallFeatures, pair_score
 from .sequence import align_run
@@ -45,7 +47,8 @@ def leaf_pairs(roots: tuple[Node, Node], fa: list[CallFeatures], fb: list[CallFe
 
 
 def _numberless(f: CallFeatures) -> CallFeatures:
-    """The features without path numbers: each house numbers its stacks its own way."""
+    """A copy of the features without path numbers: each house numbers its stacks its own way."""
+    f = copy.copy(f)
     f.numbers = ()
     return f
 

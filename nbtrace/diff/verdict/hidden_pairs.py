@@ -1,20 +1,20 @@
-"""Counterparts inside layer blocks one side's files pruned: a's calls paired with the calls b's float64 twin kept.
+"""Counterparts where pruning thinned the two houses' files differently: a's leaves paired with b's by their twins.
 
 With ``do_prune_layers=True`` one house's stage list is thinned (transformers' ``stages.1``, ``stages.2`` gone from
-its files) while the other's stages, not numbered, are all held (timm's ``layer2``, ``layer3``). The alignment sets
-a's calls there aside (``align._in_gaps``); b's twin still kept every call it ran, with the shapes of its tensors
-and the order the calls ran in. a's leaves set aside pair with b's leaves the files do not hold, as the leaves of
-the files pair (``align/leaves.py``): in order, on what they are (the shapes of their float inputs and of what they
-hand on, the sizes of their own weights), never on values; a leaf left over then pairs with the one leftover of b
-of exactly its kind, where it is the only one (a shortcut run before the main branch on one side, after it on the
-other). Calls that hand on an input unchanged (an Identity) are left out on both sides.
+its files) while the other's stages, named and not numbered, are held whole (timm's ``layer2``, ``layer3``), or
+thinned by other numbers (timm's ``layer3.1…4`` against the port's whole ``stages.2``). The files cannot pair those
+calls, but both float64 twins kept every call they ran, with the shapes of its tensors and the order the calls
+ran in. Between two consecutive leaves the files do pair, a's leaves the files did not pair (set aside, or pruned
+from a's own files) pair with b's: in order, on what they are (the shapes of their float inputs and of what they
+hand on, the sizes of their own weights), never on values; a leaf left over then pairs with the one leftover of
+b of exactly its kind, where it is the only one (a shortcut run before the main branch on one side, after it on
+the other). Calls that hand on an input unchanged (an Identity) are left out on both sides.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ...core.dtypes import dtype_kind
 from ...core.node import Node
 from ...core.ranks import call_key
 from ...core.twin import Twin
@@ -26,61 +26,90 @@ if TYPE_CHECKING:  # pragma: no cover
 Kind = tuple[Any, ...]
 
 
-def hidden_counterparts(comparison: Comparison, twin_b: Twin) -> dict[int, str]:
-    """id(a's call) -> b's twin call name, for a's leaves set aside as pruned from b (see the module docstring)."""
-    set_aside = [n for n in comparison.alignment.pruned_a if not n.children and id(n) not in comparison._idle_a]
-    if not set_aside or not twin_b.events:
-        return {}
-    params_a = comparison.a.sidecar.get("parameters")
-    params_b = comparison.b.sidecar.get("parameters")
-    mine = [(n, _node_kind(n, params_a)) for n in set_aside]
-    theirs = [(key, kind) for key, kind in _hidden_leaves(comparison.b, twin_b, params_b)]
-    if not theirs:
+def hidden_counterparts(comparison: Comparison, twin_b: Twin) -> dict[str, str]:
+    """a's twin call name -> b's, for a's leaves the alignment left without a counterpart where either side's files
+    were pruned (see the module docstring): between two consecutive leaves the files pair, a's leaves that ran
+    there (its twin's order) pair with b's that ran there."""
+    known = getattr(comparison, "_hidden_pairs", None)  # the same for every walk of one comparison
+    if known is not None and known[0] is twin_b:
+        return known[1]
+    found = _counterparts(comparison, twin_b)
+    comparison._hidden_pairs = (twin_b, found)
+    return found
+
+
+def _counterparts(comparison: Comparison, twin_b: Twin) -> dict[str, str]:
+    twin_a, alignment = comparison.a.twin, comparison.alignment
+    if twin_a is None or not (twin_a.events or twin_b.events) or not alignment.pairs or not (
+            twin_a.events or alignment.pruned_a or alignment.only_a):
+        return {}  # nothing of a's left without a counterpart, nothing pruned from a's files
+    leaves_a = _leaves(comparison.a, twin_a, comparison.a.sidecar.get("parameters"))
+    leaves_b = _leaves(comparison.b, twin_b, comparison.b.sidecar.get("parameters"))
+    where_b = {key: j for j, (key, _) in enumerate(leaves_b)}
+    anchors = []
+    for match in comparison.matches:
+        if not match.a.children:
+            j = where_b.get(call_key(match.b.module_path, match.b.call_index))
+            if j is not None:
+                anchors.append(j)
+    paired_b = set(anchors)
+    by_a = {call_key(m.a.module_path, m.a.call_index): where_b.get(call_key(m.b.module_path, m.b.call_index))
+            for m in comparison.matches if not m.a.children}
+    found: dict[str, str] = {}
+    last_j, run = -1, []
+    for key, kind in leaves_a + [("", None)]:
+        j = by_a.get(key) if key else len(leaves_b)
+        if j is None:
+            if key not in by_a:  # a leaf of a the files did not pair
+                run.append((key, kind))
+            continue
+        if run and j > last_j:
+            theirs = [leaves_b[k] for k in range(last_j + 1, j) if k not in paired_b]
+            found.update(_segment(run, theirs))
+        run, last_j = [], max(last_j, j)
+    return found
+
+
+def _segment(mine: list[tuple[str, Kind]], theirs: list[tuple[str, Kind]]) -> dict[str, str]:
+    """One stretch between two paired leaves: in order, then each leftover with the one leftover of its kind."""
+    if not mine or not theirs:
         return {}
     found = _in_order([k for _, k in mine], [k for _, k in theirs])
-    paired_a, paired_b = set(found), set(found.values())
-    left_a = [i for i in range(len(mine)) if i not in paired_a]
-    left_b = [j for j in range(len(theirs)) if j not in paired_b]
+    left_a = [i for i in range(len(mine)) if i not in found]
+    left_b = [j for j in range(len(theirs)) if j not in set(found.values())]
     for i in left_a:
         same = [j for j in left_b if theirs[j][1] == mine[i][1]]
-        rivals = [k for k in left_a if mine[k][1] == mine[i][1]]
-        if len(same) == 1 and len(rivals) == 1:
+        if len(same) == 1 and sum(1 for k in left_a if mine[k][1] == mine[i][1]) == 1:
             found[i] = same[0]
-    return {id(mine[i][0]): theirs[j][0] for i, j in found.items()}
+    return {mine[i][0]: theirs[j][0] for i, j in found.items()}
 
 
-def _node_kind(node: Node, params: Any) -> Kind:
-    ins = tuple(sorted(tuple(t.shape) for io, _, t in node.tensors() if io == "input" and dtype_kind(t.dtype) == "float"))
-    outs = [tuple(t.shape) for io, _, t in node.tensors() if io == "output" and dtype_kind(t.dtype) == "float"]
-    return ins, outs[0] if outs else None, own_weights(node, params)
-
-
-def _hidden_leaves(b, twin: Twin, params: Any) -> list[tuple[str, Kind]]:
-    """b's calls that its twin ran and its files do not hold, leaves only, in the order they ran, with their kind;
-    those whose output is one of their inputs unchanged left out."""
-    held = {call_key(n.module_path, n.call_index) for n in b.nodes()}
-    leaves: list[str] = []
-    opened: list[list[Any]] = []
-    for event in twin.events:
-        key = event[1:]
-        if event[0] == "(":
-            if opened:
-                opened[-1][1] = True  # its parent holds a call
-            opened.append([key, False])
-        elif opened:
-            key, has_children = opened.pop()
-            if not has_children and key not in held:
-                leaves.append(key)
+def _leaves(trace: Any, twin: Twin, params: Any) -> list[tuple[str, Kind]]:
+    """The trace's leaf calls as its twin ran them (those pruning left out of the files among them), in order, with
+    their kind; those whose output is one of their inputs unchanged (an Identity) left out."""
+    if twin.events:
+        keys: list[str] = []
+        opened: list[list[Any]] = []
+        for event in twin.events:
+            if event[0] == "(":
+                if opened:
+                    opened[-1][1] = True  # its parent holds a call
+                opened.append([event[1:], False])
+            elif opened:
+                key, has_children = opened.pop()
+                if not has_children:
+                    keys.append(key)
+    else:
+        keys = [call_key(n.module_path, n.call_index) for n in trace.nodes() if not n.children]
     found = []
-    for key in leaves:
+    for key in keys:
         prints = twin.calls.get(key, {})
-        ins = {place: p for place, p in prints.items() if not place.startswith("out")}
+        ins = [p for place, p in prints.items() if not place.startswith("out")]
         outs = [p for place, p in prints.items() if place.startswith("out")]
-        if not outs or any(p.sums == outs[0].sums for p in ins.values()):
+        if not outs or any(p.sums == outs[0].sums for p in ins):
             continue  # nothing handed on, or an input handed on unchanged
-        node = Node(key.split("@", 1)[0])
-        found.append((key, (tuple(sorted(tuple(p.shape) for p in ins.values())), tuple(outs[0].shape),
-                            own_weights(node, params))))
+        weights = own_weights(Node(key.split("@", 1)[0]), params)
+        found.append((key, (tuple(sorted(tuple(p.shape) for p in ins)), tuple(outs[0].shape), weights)))
     return found
 
 

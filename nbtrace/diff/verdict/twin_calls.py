@@ -123,14 +123,15 @@ class Counterparts:
         match = self.comparison.match_of(call) if isinstance(call, Node) else None
         if match is not None:
             return call_key(match.b.module_path, match.b.call_index), self.twin_b.of(match.b)
-        hidden = self.hidden.get(id(call))
-        if hidden is not None:  # a leaf of a's, set aside where b's files were pruned: the one b's twin kept
-            return hidden, self.twin_b.calls.get(hidden, {})
+        key = None
         role = self.roles.get((_NUMBER.sub("#", call.module_path), call.call_index))
-        if role is None:
-            return None, {}
-        pattern, call_index = role
-        numbers = iter(_NUMBER.findall(call.module_path))
-        path = re.sub(r"#", lambda _: next(numbers), pattern)
-        key = call_key(path, call_index)
-        return key, self.twin_b.calls.get(key, {})
+        if role is not None:
+            pattern, call_index = role
+            numbers = iter(_NUMBER.findall(call.module_path))
+            key = call_key(re.sub(r"#", lambda _: next(numbers), pattern), call_index)
+            if key in self.twin_b.calls:
+                return key, self.twin_b.calls[key]
+        hidden = self.hidden.get(call_key(call.module_path, call.call_index))
+        if hidden is not None:  # a leaf the files did not pair, where pruning thinned the houses differently
+            return hidden, self.twin_b.calls.get(hidden, {})
+        return key, {}
