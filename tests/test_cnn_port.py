@@ -124,5 +124,5 @@ def test_both_sides_pruned_by_other_numbers(tmp_path):
         for mode, c in (("default folders", nbtrace.compare(reference, traced(port, (x,), tmp_path / f"b-{bug}"))),
                         ("replayed", nbtrace.compare(reference, port))):
             found = c.first_divergence
-            assert (found.module_path if found else None) == where and c.verdict == ("agree" if bug is None
-                                                                                   else "diverge"), f"{mode}: {c.summary()}"
+            verdict = "agree" if bug is None else "diverge"
+            assert (found.module_path if found else None) == where and c.verdict == verdict, f"{mode}: {c.summary()}"

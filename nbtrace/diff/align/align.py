@@ -16,8 +16,9 @@ Two ways:
   its children) are aligned with each other in any order too, and the better of the two kept: the towers of a
   dual encoder run in the other order. Where leaves that compute something stay unpaired on both sides, the
   leaves are aligned on their own too and the containers paired by the leaves they hold (``leaves.py``: another
-  library's house, its wrappers, stage lists and numbers), kept where that pairs more of a's leaves. A pair that an unmatched call under the same parent could have taken
-  just as well is *ambiguous*: it is listed (``Alignment.ambiguous``) and only then do
+  library's house, its wrappers, stage lists and numbers), kept where that pairs more of a's leaves. A pair that
+  an unmatched call under the same parent could have taken just as well is *ambiguous*: it is listed
+  (``Alignment.ambiguous``) and only then do
   values decide (the closest values win), which the comparison's notes say.
 
 Layer pruning: when one trace had its intermediate layer blocks pruned and the
