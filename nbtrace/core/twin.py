@@ -105,9 +105,6 @@ class Twin:
     #: where pruning left calls out of the files: every call's start ``"(" + name`` and end ``")" + name``, in order
     events: tuple[str, ...] = ()
     padding_from: str | None = None  # the top-level input the padding mask was found at
-    #: the constants' digests rounded to bfloat16 (where the twin also ran rounded to it): a bfloat16 port holding
-    #: its constants as this model's rounded has exactly these
-    constants_bf16: tuple[str, ...] = ()
 
     @property
     def padded(self) -> tuple[list[int], int] | None:
@@ -178,10 +175,8 @@ def parse_twin(section: Any) -> Twin:
             raise _Bad(f"calls[{name!r}] must be an object of places")
         parsed[name] = {place: _print(raw, f"calls[{name!r}][{place!r}]") for place, raw in places.items()}
     constants = section.get("constants", [])
-    rounded = section.get("constants_bf16", [])
-    for name, value in (("constants", constants), ("constants_bf16", rounded)):
-        if not isinstance(value, list) or not all(isinstance(c, str) for c in value):
-            raise _Bad(f"'{name}' must be a list of strings")
+    if not isinstance(constants, list) or not all(isinstance(c, str) for c in constants):
+        raise _Bad("'constants' must be a list of strings")
     for key in ("padding", "skipped", "padding_from"):
         if section.get(key) is not None and not isinstance(section.get(key), str):
             raise _Bad(f"'{key}' must be a string or null")
@@ -189,7 +184,7 @@ def parse_twin(section: Any) -> Twin:
     if not isinstance(events, list) or not all(isinstance(e, str) and e[:1] in ("(", ")") for e in events):
         raise _Bad("'events' must be a list of strings starting with '(' or ')'")
     return Twin(parsed, section.get("padding"), tuple(constants), section.get("skipped"), tuple(events),
-                section.get("padding_from"), tuple(rounded))
+                section.get("padding_from"))
 
 
 def twin_of(trace: Trace) -> Twin | None:

@@ -57,7 +57,7 @@ def copy_in(module: nn.Module, dtype: torch.dtype) -> nn.Module:
     for tensor in chain(module.parameters(), module.buffers()):
         if tensor.is_floating_point():
             value, device = offloaded.get(id(tensor), (unrounded.get(id(tensor), tensor), None))
-            wide = value.detach().to(device if device is not None else value.device, dtype, copy=True)
+            wide = value.detach().to(dtype, copy=True) if device is None else value.detach().to(device, dtype, copy=True)
             memo[id(tensor)] = nn.Parameter(wide, requires_grad=False) if isinstance(tensor, nn.Parameter) else wide
     return _clone(module, memo)
 
@@ -79,27 +79,18 @@ def unrounded_buffers(module: nn.Module) -> dict[int, torch.Tensor]:
         for name, buffer in narrow:
             for candidate in _wider_values(sub, name, buffer):
                 if (candidate.shape == buffer.shape and candidate.dtype.itemsize > buffer.dtype.itemsize
-                        and torch.equal(candidate.to(buffer.device, buffer.dtype), buffer)):
-                    found[id(buffer)] = candidate.to(buffer.device)
+                        and _rounds_to(candidate, buffer)):
+                    found[id(buffer)] = candidate if candidate.device == buffer.device else candidate.to(buffer.device)
                     break
     return found
 
 
-def seen_through_if_rounded(module: nn.Module, dtype: torch.dtype) -> set[int]:
-    """ids of ``module``'s float buffers that, rounded to ``dtype`` as a port would hold them, a twin sees through
-    (``unrounded_buffers``): a run that stands for such a port keeps them as they are."""
-    found: set[int] = set()
-    for sub in module.modules():
-        for name, buffer in sub._buffers.items():
-            if buffer is None or not buffer.is_floating_point() or buffer.is_meta:
-                continue
-            if buffer.dtype.itemsize <= dtype.itemsize:
-                continue
-            rounded = buffer.detach().to(dtype)
-            if any(c.shape == rounded.shape and c.dtype.itemsize > rounded.dtype.itemsize
-                   and torch.equal(c.to(rounded.device, dtype), rounded) for c in _wider_values(sub, name, rounded)):
-                found.add(id(buffer))
-    return found
+def _rounds_to(wide: torch.Tensor, narrow: torch.Tensor) -> bool:
+    """True when ``wide`` rounded to ``narrow``'s dtype is ``narrow``, bit for bit (one comparison on the device,
+    a few elements: a constant the model keeps, read once per twin)."""
+    if wide.device != narrow.device:
+        wide = wide.to(narrow.device)
+    return torch.equal(wide.to(dtype=narrow.dtype), narrow)
 
 
 def _wider_values(module: nn.Module, name: str, buffer: torch.Tensor) -> list[torch.Tensor]:

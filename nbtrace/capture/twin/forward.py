@@ -37,7 +37,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .copies import copy_in, non_state_constants, seen_through_if_rounded, unrounded_buffers
+from .copies import copy_in, non_state_constants, unrounded_buffers
 from .offload import offloaded_values
 from .state import CarriedState
 from .fingerprint import fingerprint
@@ -103,15 +103,15 @@ def find_valid(args: tuple, kwargs: dict[str, Any], declared: str | bool | None 
     return Padding(valid, places, chosen)
 
 
-def constants_digest(model: nn.Module, rounded: torch.dtype | None = None) -> list[tuple[str, torch.Tensor]]:
-    """Per float constant ``model`` holds outside its ``state_dict``: its dtype and shape, and two wrapping sums of
-    its bits (plain and weighted by position) as a 2-element int64 tensor on its device; two sides whose digests
-    (``digest_text``) are equal computed the same constants bit for bit. ``rounded``: the digests of the constants
-    rounded to that dtype (a port that holds them rounded has these)."""
+def constants_digest(model: nn.Module) -> list[tuple[str, torch.Tensor]]:
+    """Per float constant ``model`` holds outside its ``state_dict``, as its twin holds it (a buffer rounded by
+    ``model.to(torch.bfloat16)`` that the twin sees through, ``copies.unrounded_buffers``, as its wider value): its
+    dtype and shape, and two wrapping sums of its bits (plain and weighted by position) as a 2-element int64 tensor
+    on its device; two sides whose digests (``digest_text``) are equal computed the same constants bit for bit."""
     found = []
+    seen_through = unrounded_buffers(model)
     for _, tensor in non_state_constants(model):
-        if rounded is not None and tensor.dtype.itemsize > rounded.itemsize:
-            tensor = tensor.detach().to(rounded)
+        tensor = seen_through.get(id(tensor), tensor)
         bits = tensor.detach().contiguous().reshape(-1).view(_INT_VIEW[tensor.element_size()]).to(torch.int64)
         weights = torch.arange(bits.numel(), device=bits.device) % 65521 + 1
         found.append((f"{str(tensor.dtype).replace('torch.', '')}:{list(tensor.shape)}",
@@ -286,19 +286,20 @@ def _perturb(live: nn.Module, wide: nn.Module, kind: str) -> None:
 
 
 def _round(live: nn.Module, wide: nn.Module, dtype: torch.dtype) -> None:
-    """Set every stored float tensor of the copy to the live model's value rounded to ``dtype`` (from the live
-    values, not the perturbed copy's: a value on a rounding tie must round as the port's conversion rounds it), but
-    for the constants a port's twin sees through (``copies.unrounded_buffers``): those are set back to the live
-    values as they are."""
+    """Set the copy's weights (its ``state_dict``'s float tensors) to the live model's values rounded to ``dtype``,
+    from the live values, not the perturbed copy's (a value on a rounding tie must round as the port's conversion
+    rounds it), and its other float tensors (constants outside the ``state_dict``) back to the live values as they
+    are: a port may compute those for itself or hold them rounded, and its twin's digests say which
+    (``constants_digest``)."""
     offloaded = offloaded_values(live)  # an offloaded model's weights: where its hooks read them
-    kept = seen_through_if_rounded(live, dtype)
-    source = {name: (offloaded.get(id(t), (t, None))[0], id(t) in kept) for name, t in _stored(live)}
+    state = {id(t) for t in live.state_dict(keep_vars=True).values() if isinstance(t, torch.Tensor)}
+    source = {name: (offloaded.get(id(t), (t, None))[0], id(t) in state) for name, t in _stored(live)}
     with torch.no_grad(), torch._C.DisableTorchFunction():
         for name, tensor in _stored(wide):
-            value, as_is = source.get(name, (None, False))
+            value, weight = source.get(name, (None, False))
             if value is None or value.shape != tensor.shape or value.is_meta or value.layout != torch.strided:
                 continue
-            tensor.copy_((value.detach() if as_is else value.detach().to(dtype)).to(tensor.device, torch.float64))
+            tensor.copy_(value.detach().to(dtype) if weight else value.detach())  # copy_ widens and moves it
 
 
 def rounded_inputs(value: Any, dtype: torch.dtype, depth: int = 0) -> Any:

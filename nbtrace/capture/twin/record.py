@@ -84,8 +84,6 @@ class TwinRecorder:
         self._rounded: list[str] = []  # the rounded runs (``forward.ROUNDED``) this model's forwards get
         self._constant_slots: list[tuple[str, Slot]] | None = None
         self._digests: list[str] | None = None
-        #: the same for the constants rounded to bfloat16, where the model holds wider ones and runs that twin
-        self._rounded_constants: list[tuple[str, Slot]] | None = None
         #: why no twin is recorded in this block (``measure_rounding="auto"`` and a model too large), or None
         self.skipped: str | None = None
 
@@ -103,11 +101,6 @@ class TwinRecorder:
             self._digests = sorted(digest_text(head, [int(v) for v in slot.values()])
                                    for head, slot in self._constant_slots)
         return self._digests or []
-
-    def rounded_digests(self) -> list[str]:
-        """The constants' digests rounded to bfloat16 (sorted; empty where no such run is made)."""
-        return sorted(digest_text(head, [int(v) for v in slot.values()])
-                      for head, slot in self._rounded_constants or [])
 
     def start(self, args: tuple, kwargs: dict[str, Any]) -> TwinStart:
         """Copy the top-level inputs for every run, before the forward can change them (a KV cache grows)."""
@@ -163,9 +156,6 @@ class TwinRecorder:
         start.seen = {}
         if self._constant_slots is None and self._constants is not None:
             self._constant_slots = [(head, batch.add(sums)) for head, sums in self._constants]
-            if self._rounded and self._constants:
-                self._rounded_constants = [(head, batch.add(sums)) for head, sums
-                                           in constants_digest(self.model, getattr(torch, self._rounded[0]))]
         if start.problem is not None:
             return numbers
         try:
@@ -193,8 +183,6 @@ class TwinRecorder:
         """The sidecar's ``twin`` section for the tree as written (``root``, after pruning)."""
         section: dict[str, Any] = {"version": TWIN_VERSION, "sums": SUMS, "padding": None,
                                    "constants": self.digests(), "calls": {}}
-        if self._rounded_constants:
-            section["constants_bf16"] = self.rounded_digests()
         if numbers is None or numbers.problem is not None:
             section["skipped"] = numbers.problem if numbers is not None else "the forward raised"
             return section

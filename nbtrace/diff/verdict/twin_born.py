@@ -235,6 +235,11 @@ def twin_note(verdict: TwinVerdict) -> str | None:
 def constants_note(verdict: TwinVerdict) -> str | None:
     """Where the two sides' float constants differ, or one side stores its weights in a narrower dtype, how much
     of a difference of function their rounding hides."""
+    if verdict.rounded is not None and not verdict.constants_differ:
+        side = "the reference's" if verdict.rounded == "a" else "the port's"
+        return (f"one side stores its weights in bfloat16: its float64 twin was compared with {side} twin run with "
+                "its weights and inputs rounded to bfloat16, so that rounding is accounted exactly and a difference "
+                "of function smaller than it is still seen")
     if not verdict.constants_differ and not verdict.stored:
         return None
     last = next((e for e in reversed(verdict.events) if e.decided), None)

@@ -122,6 +122,8 @@ class TwinVerdict:
     constants_differ: bool = False
     #: the unit roundoff of the narrower dtype one side stores its weights in (``stored_rounding``), else 0
     stored: float = 0.0
+    #: "a" or "b": the wider side whose twin, run rounded to bfloat16, was compared (``stored_dtypes.rounded_side``)
+    rounded: str | None = None
     compared: int = 0
 
     @property
@@ -193,11 +195,9 @@ def twin_verdict(comparison: Comparison) -> TwinVerdict | None:
     ignore = re.compile(comparison.ignore) if comparison.ignore else None
     stored = stored_rounding(comparison)
     rounded = rounded_side(comparison) if stored else None
-    if rounded is not None:  # the narrower side's constants against the wider side's rounded into its dtype
-        wide, narrow = (twin_a, twin_b) if rounded == "a" else (twin_b, twin_a)
-        differ = tuple(narrow.constants) != tuple(wide.constants_bf16 or wide.constants)
     events = _events(comparison, twin_a, twin_b, _Allowance(differ, 0.0 if rounded else stored, rounded), ignore)
-    verdict = TwinVerdict("nothing", events=events, constants_differ=differ, stored=stored)
+    verdict = TwinVerdict("nothing", events=events, constants_differ=differ, stored=0.0 if rounded else stored,
+                          rounded=rounded)
     verdict.compared = sum(len(e.decided) for e in events)
     good: TwinEvent | None = None
     for index, event in enumerate(events):
