@@ -19,7 +19,9 @@ Two ways:
   library's house, its wrappers, stage lists and numbers), kept where that pairs more of a's leaves. A pair that
   an unmatched call under the same parent could have taken just as well is *ambiguous*: it is listed
   (``Alignment.ambiguous``) and only then do
-  values decide (the closest values win), which the comparison's notes say.
+  values decide (the closest values win), which the comparison's notes say. Sibling leaves under an aligned pair of
+  parents that call order paired wrongly or not at all (embeddings added in another order) are paired by the values
+  they are handed, where those single one out (``siblings.py``).
 
 Layer pruning: when one trace had its intermediate layer blocks pruned and the
 other did not, the blocks the pruned side lacks are set aside on the other side
@@ -42,6 +44,7 @@ from .flow import Flow, TensorCache
 from .idle import computes_nothing
 from .leaves import leaf_pairs
 from .sequence import align_run
+from .siblings import repair_siblings
 
 _REORDERED = 0.5  # below this share of a's calls paired in order, the root's parts are aligned in any order too
 
@@ -111,6 +114,7 @@ def align(a: Trace, b: Trace, rename: Mapping[str, str] | None = None,
         left_out = {id(n) for n in idle[0] + idle[1]}
         pairs, ambiguous = _by_sequence([n for n in nodes_a if id(n) not in left_out],
                                         [n for n in nodes_b if id(n) not in left_out], flows, left_out)
+        pairs = repair_siblings(pairs, caches, left_out)  # sibling leaves by what they are handed
         method = "sequence"
     matched_a = {id(x) for x, _ in pairs}
     matched_b = {id(y) for _, y in pairs}

@@ -58,6 +58,7 @@ class TensorCache:
         self._raw_size = 0
         self._keys: dict[int, Hashable | None] = {}
         self._files: dict[tuple[int, int, int], Hashable | None] = {}
+        self._linked: dict[tuple[int, int, int], int] = {}  # a hard-linked file -> the tensor whose read holds it
 
     def load(self, tensor: TensorValue) -> torch.Tensor | None:
         """The full tensor, or None when the trace holds none (printed values, stats)."""
@@ -96,6 +97,9 @@ class TensorCache:
             return found
         fd, info = _open(tensor)
         try:
+            held = self._linked.get((info.st_dev, info.st_ino, info.st_size)) if info.st_nlink > 1 else None
+            if held is not None and held in self._raw:  # a hard link to a file read before: a repeated tensor
+                return self._raw[held]
             data = read_open_file(fd, info.st_size)
         finally:
             os.close(fd)
@@ -139,6 +143,7 @@ class TensorCache:
         found = (*head, hashlib.blake2b(data, digest_size=16).digest())
         if identity is not None:
             self._files[identity] = found
+            self._linked[identity] = id(tensor)
         return found
 
 
