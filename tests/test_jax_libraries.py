@@ -73,3 +73,23 @@ def test_a_bf16_port_of_gemma_sees_through_its_rounded_constants(tmp_path):
         c = nbtrace.compare(tmp_path / "original", tmp_path / f"port_{bug}")
         assert (c.verdict, _named(c)) == ("agree" if bug is None else "diverge", gemma_library.BUG_MODULES.get(bug)), (
             bug, str(c))
+
+
+@pytest.mark.parametrize("seed", [0])
+def test_the_pytorch_griffin_of_recurrentgemma_against_its_flax_griffin(tmp_path, seed):
+    """A second published Flax library: recurrentgemma's Flax Griffin (an RG-LRU recurrent block, a local attention
+    block) as the original, the library's own PyTorch Griffin as the port, converted by the library: the clean port
+    agrees and each planted bug is named at its module, from two default folders and against the live port."""
+    import nbtrace.jax as ntj
+    from tests.models import griffin_library
+
+    model, variables, tokens, positions = griffin_library.make_original(seed)
+    ntj.trace(model, variables, tokens, segment_pos=positions, debug_path=tmp_path / "original")
+    for bug in [None, *griffin_library.BUG_MODULES]:
+        port = griffin_library.make_port(variables, bug)
+        with torch.no_grad(), nbtrace.trace(port, debug_path=tmp_path / f"port_{bug}"):
+            port(*griffin_library.port_inputs(tokens, positions))
+        expected = ("agree", None) if bug is None else ("diverge", griffin_library.BUG_MODULES[bug])
+        for c in (nbtrace.compare(tmp_path / "original", tmp_path / f"port_{bug}"),
+                  nbtrace.compare(tmp_path / "original", port)):
+            assert (c.verdict, _named(c)) == expected, (bug, str(c))
