@@ -23,7 +23,9 @@ def gpt2(tmp_path_factory):
     args, kwargs = inputs()
     outputs: dict[int, torch.Tensor] = {}
     hooks = [
-        block.attn.register_forward_hook(lambda m, a, out, i=i: outputs.__setitem__(i, out[0].detach()))
+        # the first call: the recorded forward (the float64 twin's runs, on a copy that keeps the model's hooks,
+        # come after it)
+        block.attn.register_forward_hook(lambda m, a, out, i=i: outputs.setdefault(i, out[0].detach()))
         for i, block in enumerate(model.transformer.h)
     ]
     with nbtrace.trace(model, debug_path=tmp_path_factory.mktemp("gpt2"), do_prune_layers=False) as rec:

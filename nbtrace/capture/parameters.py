@@ -14,9 +14,9 @@ one transfer.
 A file never lies: a tensor already fingerprinted is not computed again only when it provably
 holds what it held then. Its object, version counter and storage are not proof (an edit through
 ``.data`` or ``param.data.copy_`` bumps no version the parameter shows), so every trace also
-takes a cheap stamp of every tensor's bits (``_stamp``: their sum, and sums weighted by row and by
-column position, so a scaled, shifted, permuted or transposed copy changes it) and reuses a
-fingerprint only where the stamp is the one it was computed with; a stale one is computed again.
+takes a cheap stamp of every tensor's bits (``_stamp_slot``: their sum and their values at fixed
+positions, two kernels, so a scaled, shifted, converted, permuted or transposed copy changes it) and
+reuses a fingerprint only where the stamp is the one it was computed with; a stale one is computed again.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def _named_tensors(model: nn.Module, root: str) -> Iterator[tuple[str, str, str,
 
 # Fingerprints of tensors, shared by every trace of the process (id -> (weak reference, version, data pointer,
 # bit stamp, fingerprint, its JSON text)): tracing the same model again, or each step of generate(), pays one stamp
-# per weight (two integer passes) instead of its fingerprint and its JSON.
+# per weight (two kernels: a sum and a gather) instead of its fingerprint and its JSON.
 _CACHE: dict[int, tuple[Any, int, int, tuple[int, ...], dict[str, Any], str]] = {}
 
 
@@ -170,7 +170,7 @@ class _Pending:
         self.text = ""  # the fingerprint's JSON, as it stands two levels deep in the section
         self.numbers: transfer.Slot | None = None
         self.sum: transfer.Slot | None = None
-        self.stamp: transfer.Slot | None = None
+        self.stamp: tuple[transfer.Slot, transfer.Slot] | None = None
         self.layout: Layout = (0, 0, 0, 0, ())
 
     @classmethod
@@ -227,33 +227,32 @@ class _Reused:
         return self.cached[5] if self.pending is None else self.pending.text
 
 
-def _stamp_slot(tensor: torch.Tensor, batch: transfer.HostBatch) -> transfer.Slot | None:
-    """``_stamp(tensor)`` queued in ``batch`` (None for a tensor with no strided data of its own)."""
+def _stamp_slot(tensor: torch.Tensor, batch: transfer.HostBatch) -> tuple[transfer.Slot, transfer.Slot] | None:
+    """The tensor's stamp queued in ``batch``, two kernels: the wrapping int64 sum of its bits, and its bits at
+    ``SAMPLES`` fixed pseudo-random positions. An edit that scales, shifts or converts the values changes the sum
+    and the samples; one that moves them (rows permuted, a square matrix transposed) changes the samples but by a
+    coincidence; a change of one value changes the sum. None for a tensor with no strided data of its own."""
     if tensor.layout != torch.strided or tensor.numel() == 0 or tensor.element_size() not in _INT_VIEW:
         return None
-    return batch.add(_stamp(tensor))
-
-
-def _stamp_value(slot: transfer.Slot | None) -> tuple[int, ...]:
-    return () if slot is None else tuple(int(v) for v in slot.values())
-
-
-def _stamp(tensor: torch.Tensor) -> torch.Tensor:
-    """Three wrapping int64 sums of the tensor's bits: plain, weighted by row position and by column position (the
-    tensor as a matrix of its first dimension by the rest; a vector as rows of 64). Two integer passes, exact in any
-    order of summation: the same bits give the same stamp on any run, and an edit (scaled, shifted, rows or columns
-    permuted, a square matrix transposed) changes it but by a coincidence of 64-bit wrapping sums."""
     bits = tensor.detach().contiguous().view(_INT_VIEW[tensor.element_size()]).reshape(-1)
-    if tensor.dim() >= 2 and tensor.shape[0] > 1:
-        matrix = bits.reshape(tensor.shape[0], -1)
-    else:
-        width = 64
-        matrix = torch.nn.functional.pad(bits, (0, (-bits.numel()) % width)).reshape(-1, width)
-    rows = matrix.sum(dim=1, dtype=torch.int64)
-    columns = matrix.sum(dim=0, dtype=torch.int64)
-    by_row = (rows * torch.arange(1, rows.numel() + 1, device=rows.device, dtype=torch.int64)).sum()
-    by_column = (columns * torch.arange(1, columns.numel() + 1, device=rows.device, dtype=torch.int64)).sum()
-    return torch.stack([rows.sum(), by_row, by_column])
+    return batch.add(bits.sum(dtype=torch.int64)), batch.add(bits.index_select(0, _positions(bits)))
+
+
+def _stamp_value(slots: tuple[transfer.Slot, transfer.Slot] | None) -> tuple[int, ...]:
+    return () if slots is None else tuple(int(v) for slot in slots for v in slot.values())
+
+
+_POSITIONS: dict[tuple[int, torch.device], torch.Tensor] = {}  # sample positions by size and device: constants
+
+
+def _positions(bits: torch.Tensor) -> torch.Tensor:
+    key = (bits.numel(), bits.device)
+    found = _POSITIONS.get(key)
+    if found is None:
+        if len(_POSITIONS) > 4096:
+            _POSITIONS.clear()
+        found = _POSITIONS[key] = torch.tensor(sample_positions(bits.numel()), dtype=torch.long, device=bits.device)
+    return found
 
 
 def _numbers(tensor: torch.Tensor) -> tuple[torch.Tensor, Layout]:
