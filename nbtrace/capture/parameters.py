@@ -287,7 +287,7 @@ def _numbers(tensor: torch.Tensor) -> tuple[torch.Tensor, Layout]:
     std = variance.clamp(min=0).sqrt() if numel > 1 else total.new_tensor(math.nan)
     low, high = low.to(torch.float64), high.to(torch.float64)
     stats = torch.stack([mean, std, low, high, torch.maximum(low.abs(), high.abs()), square_sum.sqrt()])
-    index = torch.tensor(sample_positions(numel), device=flat.device, dtype=torch.long)
+    index = _positions(flat)
     samples = tensor.detach().reshape(-1)[index].to(torch.float64)
     mirrored = total.new_zeros(0)
     if x.dim() == 2 and min(x.shape) > 1:  # the transpose [C, R] at the same flat positions

@@ -11,6 +11,7 @@ never join), it is not, and the trace says why.
 from __future__ import annotations
 
 from itertools import chain
+from typing import Any
 
 import torch
 from torch import nn
@@ -19,11 +20,13 @@ from .host_memory import SHARE, available_host_memory
 from .offload import offloaded_values
 
 
-def twin_cost(model: nn.Module) -> dict[torch.device, int]:
-    """Bytes of the float64 copy of ``model``'s float tensors, per device."""
+def twin_cost(model: nn.Module, offloaded: dict[int, tuple[torch.Tensor, Any]] | None = None
+              ) -> dict[torch.device, int]:
+    """Bytes of the float64 copy of ``model``'s float tensors, per device (``offloaded``: ``offloaded_values(model)``,
+    where the caller has it already)."""
     cost: dict[torch.device, int] = {}
     seen: set[int] = set()
-    offloaded = offloaded_values(model)
+    offloaded = offloaded_values(model) if offloaded is None else offloaded
     for tensor in chain(model.parameters(), model.buffers()):
         if id(tensor) in seen or not tensor.is_floating_point():
             continue
@@ -58,7 +61,7 @@ def twin_unfit(model: nn.Module) -> str | None:
             return f"its parameters are {type(tensor).__name__}s, not plain tensors"
         if tensor.device.type == "meta" and id(tensor) not in offloaded:
             return "its parameters are on the meta device, and no offloading hook holds their values"
-    for device, needed in twin_cost(model).items():
+    for device, needed in twin_cost(model, offloaded).items():
         free = free_memory(device)
         if free is not None and needed > SHARE * free:
             return (f"its float64 copy needs {needed / 2**30:.1f} GiB on {device}, more than half the "

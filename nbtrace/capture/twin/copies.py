@@ -47,13 +47,13 @@ def unwrapped(forward: Any) -> Any:
     return forward
 
 
-def copy_in(module: nn.Module, dtype: torch.dtype) -> nn.Module:
+def copy_in(module: nn.Module, dtype: torch.dtype, unrounded: dict[int, torch.Tensor] | None = None) -> nn.Module:
     """A copy of ``module`` whose float parameters, buffers and tensor attributes are in ``dtype`` (see above); an
     offloaded one (``offload.py``) holds its weights itself, on the device its module runs on, and runs without the
-    offloading hook."""
+    offloading hook. ``unrounded``: ``unrounded_buffers(module)``, where the caller has it already."""
     memo: dict[int, Any] = {"dtype": dtype}
     offloaded = offloaded_values(module)
-    unrounded = unrounded_buffers(module)
+    unrounded = unrounded_buffers(module) if unrounded is None else unrounded
     for tensor in chain(module.parameters(), module.buffers()):
         if tensor.is_floating_point():
             value, device = offloaded.get(id(tensor), (unrounded.get(id(tensor), tensor), None))

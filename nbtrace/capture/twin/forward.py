@@ -13,9 +13,9 @@ its own precision, measured), ``"constants"`` the float tensors the model holds 
 one rounding of their own dtype, of each value's size plus the table's RMS (rotary frequencies, sinusoid tables an
 implementation computes for itself: computed in their dtype, they err near their zeros too). The difference of
 the fingerprints of a perturbed run and of the twin measures each call's sensitivity to it. The rounded run
-(``ROUNDED``, ``"bfloat16"``) is not a perturbation but a second function: the twin with every stored float tensor
-and every float top-level input rounded to bfloat16 (from the live model's own values), as a port that stores the
-model in bfloat16 holds them. A bfloat16 port's twin is compared with it float64 against float64, so the weights'
+(``ROUNDED``, ``"bfloat16"``) is not a perturbation but a second function: the twin with its weights (the
+``state_dict``'s float tensors) and every float top-level input rounded to bfloat16 (from the live model's own
+values), as a port that stores the model in bfloat16 holds them. A bfloat16 port's twin is compared with it float64 against float64, so the weights'
 rounding is the port's, accounted exactly, never an allowance that hides a semantic difference.
 
 The caller keeps a generation's twin cache going with ``values.remember(known, output, twin output)``.
@@ -137,7 +137,8 @@ def twin_runs(model: nn.Module, inputs: dict[str | None, tuple[tuple, dict[str, 
     larger of the two by far). Returns kind -> ``(TwinRun, its output)``. ``observe(call name, output)`` sees each
     call's float64 output in the twin; ``run(model, *args, **kwargs)`` calls the copy when given; ``carried`` starts
     each run from the state the model's attributes held when the forward began, in float64 (``state.py``)."""
-    wide = copy_in(model, torch.float64)
+    seen_through = unrounded_buffers(model)  # once per forward, for the copy and the constants' perturbation
+    wide = copy_in(model, torch.float64, seen_through)
     state = _State(valid)
     counts: dict[str, int] = {}
     for name, module in wide.named_modules():
@@ -149,7 +150,7 @@ def twin_runs(model: nn.Module, inputs: dict[str | None, tuple[tuple, dict[str, 
         if carried is not None:
             carried.restore(model, wide, kind)
         if kind is not None:
-            _perturb(model, wide, kind)
+            _perturb(model, wide, kind, seen_through)
         counts.clear()
         state.begin(observe if kind is None else None)
         with float64_twin() as mode:
@@ -260,10 +261,11 @@ def _key(key: Any) -> str:
     return json.dumps(key) if isinstance(key, (bool, float)) or key is None else str(key)
 
 
-def _perturb(live: nn.Module, wide: nn.Module, kind: str) -> None:
+def _perturb(live: nn.Module, wide: nn.Module, kind: str, seen_through: dict[int, torch.Tensor]) -> None:
     """Move the copy's stored float tensors by one rounding (``kind``: see the module docstring), in place: each
     element times ``1 + u·r``, ``r`` in [-1, 1) from a fixed pseudo-random sequence started at a place drawn from
-    the tensor's name, so it is the same on every run."""
+    the tensor's name, so it is the same on every run. ``seen_through``: the live model's constants the copy holds
+    at their wider values (``copies.unrounded_buffers``), moved by their wider dtype's rounding."""
     if kind in ROUNDED:
         _round(live, wide, getattr(torch, kind))
         return
@@ -272,8 +274,7 @@ def _perturb(live: nn.Module, wide: nn.Module, kind: str) -> None:
     if kind == "float64":
         named = [(n, t, torch.float64) for n, t in _stored(wide)]
     else:
-        seen_through = unrounded_buffers(live)  # the twin holds these at their wider values (``copies.py``)
-        units = {n: seen_through.get(id(t), t).dtype for n, t in non_state_constants(live)}
+        units = {n: seen_through.get(id(t), t).dtype for n, t in non_state_constants(live)}  # seen through: wider
         named = [(n, t, units[n]) for n, t in non_state_constants(wide) if n in units]
     with torch.no_grad(), torch._C.DisableTorchFunction():
         for name, tensor, dtype in named:
