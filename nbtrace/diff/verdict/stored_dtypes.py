@@ -17,10 +17,10 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def rounded_side(comparison: Comparison) -> str | None:
-    """"a" or "b": the side whose float64 twin also ran with its model (and its float inputs) rounded to bfloat16,
+    """"a" or "b": the side whose float64 twin also ran with its weights (and its float inputs) rounded to bfloat16,
     where the other side stores every float parameter in bfloat16 and takes its float inputs (if any) in it: that
     run is the wider side's function as the narrower side holds it. None otherwise."""
-    dtypes = [_parameter_dtypes(comparison.a), _parameter_dtypes(comparison.b)]
+    dtypes = [_parameter_dtypes(comparison.a, floats_only=True), _parameter_dtypes(comparison.b, floats_only=True)]
     for wide, narrow in ((0, 1), (1, 0)):
         if dtypes[narrow] != {"bfloat16"} or not dtypes[wide] - {"bfloat16"}:
             continue
@@ -34,22 +34,19 @@ def rounded_side(comparison: Comparison) -> str | None:
     return None
 
 
-def _parameter_dtypes(trace: Trace) -> set:
+def _parameter_dtypes(trace: Trace, floats_only: bool = False) -> set:
+    """The dtypes a trace's sidecar shows its parameters (not buffers) stored in (``floats_only``: float ones)."""
     section = trace.sidecar.get("parameters") or {}
     return {t.get("dtype") for tensors in section.values() if isinstance(tensors, dict)
             for t in tensors.values() if isinstance(t, dict) and t.get("kind", "parameter") == "parameter"
-            and str(t.get("dtype", "")).startswith(("float", "bfloat"))}
+            and (not floats_only or str(t.get("dtype", "")).startswith(("float", "bfloat")))}
 
 
 def stored_rounding(comparison: Comparison) -> float:
     """The unit roundoff by which one side's stored parameters may be the other's rounded: 0 when both hold their
     float parameters in the same dtypes, else that of the narrowest float dtype either holds (a float32 original
     against its bfloat16 port: the port's weights are the original's rounded to bfloat16, part of its rounding)."""
-    kinds = []
-    for trace in (comparison.a, comparison.b):
-        section = trace.sidecar.get("parameters") or {}
-        kinds.append({t.get("dtype") for tensors in section.values() if isinstance(tensors, dict)
-                      for t in tensors.values() if isinstance(t, dict) and t.get("kind", "parameter") == "parameter"})
+    kinds = [_parameter_dtypes(comparison.a), _parameter_dtypes(comparison.b)]
     units = {name: UNITS.get(name, 0.0) for name in kinds[0] | kinds[1]}
     if kinds[0] == kinds[1] or not any(units.values()):
         return 0.0
