@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .backward import BackwardCapture
 from .ranks import Ranks, plan_ranks
 from .recorder import Recorder
 from .rounding import RoundingMeter, check_mode
@@ -126,6 +127,7 @@ def trace(
     ranks: Ranks = 0,
     measure_rounding: bool | str = "auto",
     padding_mask: str | bool | None = None,
+    backward: bool = False,
 ) -> Iterator[Recorder]:
     """Record every top-level forward of ``model`` inside the block; yields a Recorder.
 
@@ -150,6 +152,10 @@ def trace(
     leaves out the padding: None (the default) finds it (a keyword named ``*mask*``, else a 0/1 input shaped like the
     token ids: ``capture/twin/padding.py``), a name (``"keep"``, or a place such as ``"args.1"``) declares it,
     ``False`` says there is none. A mask of all ones is no padding.
+
+    ``backward``: the forward builds its graph (without it, the model's calls run under ``no_grad``, as
+    transformers' debugger runs them) and every backward pass run inside the block is recorded beside the
+    forward's files (``trace.backward``; ``capture/backward/``, docs/backward.md). The forward's files stay the same.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -166,6 +172,8 @@ def trace(
     if meter is not None:
         meter.twin.skipped = skipped
     patch = _Patch()
+    if backward and records:
+        recorder.backward = BackwardCapture(recorder)
     try:
         if records:
             class_name = recorder.class_name
@@ -181,6 +189,8 @@ def trace(
         yield recorder
     finally:
         patch.restore()
+        if recorder.backward is not None:
+            recorder.backward.close()
 
 
 @contextmanager

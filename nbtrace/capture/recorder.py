@@ -36,6 +36,7 @@ from .rounding import Measures, RoundingMeter
 from .runs import remove_earlier_forwards
 from .call_facts import any_autocast as _any_autocast
 from .call_facts import autocast_state
+from .backward import enter_top, in_backward
 from .serialize import Serializer
 from .speculate import Frame, Site, Speculation, numbered_containers
 from .write import TensorStore, tree_refs, write_sidecar, write_trace_files
@@ -81,6 +82,7 @@ class Recorder:
         #: measures rounding as it records (``measure_rounding``, ``rounding.py``); None when off
         self.rounding: RoundingMeter | None = None
         self._devices: list[str] | None = None  # the model's devices, for the numerics section (first forward)
+        self.backward: Any = None  # records the block's backward passes (``backward=True``, ``capture/backward/``)
 
     @property
     def traces(self) -> RecordedTraces:
@@ -102,6 +104,8 @@ class Recorder:
     def call_module(self, site: Site, forward: Callable, args: tuple, kwargs: dict[str, Any]) -> Any:
         __tracebackhide__ = True
         run = self._run
+        if self.backward is not None and (run is not None or in_backward()):  # capture/backward/capture.py
+            return self.backward.call_module(run, site, forward, args, kwargs)
         if run is None:  # called outside the traced model's forward
             if self.record_outside:  # a forward of its own (the encoder generate runs before the decoder's steps)
                 return self.call_outside(site, forward, args, kwargs)
@@ -147,7 +151,7 @@ class Recorder:
         ``generate`` runs once before the decoder's steps): recorded as a forward of its own, rooted at that
         module (its path, ``Model.model.encoder``), with its own float64 twin, between the model's forwards."""
         __tracebackhide__ = True
-        with torch.no_grad():  # a module's call, as inside the model's forward
+        with torch.set_grad_enabled(self.backward is not None and torch.is_grad_enabled()):  # as inside the model's
             return self._forward(forward, args, kwargs, Site(site.path, True), site.path,
                                  getattr(forward, "__self__", None))
 
@@ -160,7 +164,8 @@ class Recorder:
         run = self._run
         assert run is not None
         try:
-            node = run.open(top_site, {"args": args, "kwargs": kwargs}, f"{root}_inputs")
+            forward, shown, inputs = enter_top(self.backward, forward, args, kwargs, root)  # capture/backward/
+            node = run.open(top_site, inputs, f"{root}_inputs")
             if _any_autocast():
                 run.autocast[id(node)] = autocast_state()
             probe = GenerationProbe.start(args, kwargs) if module is self.model else None
@@ -174,7 +179,7 @@ class Recorder:
             try:
                 # The format drops the outputs of a call with children; only their files stay (safetensors).
                 if not self.use_repr or not node["children"]:
-                    run.record(node, "outputs", out, f"{root}_outputs")
+                    run.record(node, "outputs", shown(out), f"{root}_outputs")
             except BaseException as exc:  # e.g. a full disk: the trace of what ran, marked
                 run.close(node, error=exc)
                 self._end_forward(run, node, failed=True)
@@ -267,6 +272,8 @@ class Recorder:
             full = None
         recorded.source = full
         self._recorded.append(recorded)
+        if self.backward is not None:
+            self.backward.forward_done(index, top, root)
         self._previous_store = run.store
         if lost is not None and failed_before is False:
             raise lost

@@ -97,6 +97,14 @@ class Trace:
         section = self._sidecar.get(NUMERICS_SECTION)
         return dict(section) if isinstance(section, dict) else {}
 
+    @property
+    def backward(self) -> Any:
+        """The backward passes recorded with this forward (``nbtrace.trace(..., backward=True)``): a
+        ``core.gradients.Backward``, or None when none was recorded."""
+        from .gradients import backward_of
+
+        return backward_of(self)
+
     # -- access ---------------------------------------------------------------
     @property
     def model_name(self) -> str:

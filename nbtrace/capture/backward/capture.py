@@ -1,0 +1,198 @@
+"""Recording the backward passes run inside ``nbtrace.trace(model, ..., backward=True)``.
+
+With the option, the model's calls keep the caller's grad mode (the forward builds its graph; without it they run
+under ``no_grad``, as transformers' debugger runs them), and what they record is what a ``no_grad`` forward records:
+tensors with a ``grad_fn`` are written as their detached aliases, so the forward's files are the same bytes. Each
+recorded call's gradients are caught by hooks (``calls.py``) and each parameter's by a hook on the parameter (the
+gradient of one pass, a tied weight's summed over its uses). A pass begins at the first gradient caught while no
+pass is open and ends when autograd's engine finishes that backward (a callback queued on it); its records are
+then completed (one transfer, as a forward's) and written beside the forward's files (``files.py``).
+
+A module called while autograd runs a backward (gradient checkpointing recomputing its forward) is not a forward of
+its own: it runs as it would without nbtrace. Every hook is removed when the block ends, even on an exception.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from ..call_facts import any_autocast, autocast_state
+from .calls import CallGrads, alias_inputs, detached, hook_all, output_slots
+from .files import PassWriter, move_backward_files
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..recorder import Recorder, _ForwardRun
+    from ..speculate import Site
+
+
+def in_backward() -> bool:
+    """True while autograd's engine runs a backward pass on this thread."""
+    return torch._C._current_graph_task_id() != -1
+
+
+class BackwardCapture:
+    """The backward side of one ``nbtrace.trace`` block (``recorder.backward``)."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        self.recorder = recorder
+        self.use_repr = recorder.use_repr
+        self._handles: list[Any] = []
+        self._calls: dict[int, CallGrads] = {}  # id(call's dict) -> its slots, during its forward
+        self._detached: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._skeletons: dict[int, Any] = {}  # forward index -> its pruned tree of CallGrads
+        self._pass: PassWriter | None = None
+        self._passes: dict[int, list[dict[str, Any]]] = {}  # forward index -> the passes written for it
+        self._closed = False
+        self._parameters = self._hook_parameters(recorder.model)
+
+    # -- the forward -----------------------------------------------------------
+    def call_module(self, run: _ForwardRun, site: Site, forward: Any, args: tuple, kwargs: dict[str, Any]) -> Any:
+        """``Recorder.call_module`` with grad kept on, values recorded detached, and the call's gradients hooked."""
+        __tracebackhide__ = True
+        if run is None:  # gradient checkpointing recomputing a forward in the backward: run as without nbtrace
+            return forward(*args, **kwargs)
+        path = site.path
+        count = run.calls[path] = run.calls.get(path, 0) + 1
+        base = path if count == 1 else f"{path}@{count}"
+        args, kwargs, views, template = alias_inputs(args, kwargs)
+        if kwargs:
+            inputs = {"args": args, "kwargs": kwargs} if args else {"kwargs": kwargs}
+        else:
+            inputs = {"args": args} if args else {}
+        node = run.open(site, detached(inputs, self._detached), f"{base}_inputs")
+        if any_autocast():
+            run.autocast[id(node)] = autocast_state()
+        sketch = getattr(run, "sketch", None)  # the run's own sketch, where no twin is recorded (``sketch.py``)
+        if sketch is not None:
+            sketch.enter(base, args, kwargs)
+        try:
+            out = forward(*args, **kwargs)
+        except BaseException as exc:
+            run.close(node, error=exc)
+            raise
+        if sketch is not None:
+            sketch.leave(base, out)
+        try:
+            self.watch(node, base, views, template, out)
+            if not site.has_children:
+                run.record(node, "outputs", detached(out, self._detached), f"{base}_outputs")
+        finally:
+            run.close(node)
+        return out
+
+    def enter_top(self, forward: Any, args: tuple, kwargs: dict[str, Any], root: str) -> tuple[Any, Any, Any]:
+        """A top-level forward begins: the forward to run instead (its arguments aliased, its call hooked), what
+        the recorder records of its output and of its arguments (as a ``no_grad`` forward made them)."""
+        args, kwargs, views, template = alias_inputs(args, kwargs)
+
+        def watched(*_: Any, **__: Any) -> Any:
+            __tracebackhide__ = True
+            out = forward(*args, **kwargs)
+            run = self.recorder._run
+            if run is not None and run.frames:
+                self.watch(run.frames[0].node, root, views, template, out)  # the top-level call, open
+            return out
+
+        return watched, self.recordable, self.recordable({"args": args, "kwargs": kwargs})
+
+    def recordable(self, value: Any) -> Any:
+        """``value`` as a ``no_grad`` forward would have made it (tensors with a ``grad_fn`` detached)."""
+        return detached(value, self._detached)
+
+    def watch(self, node: dict[str, Any], base: str, views: list[torch.Tensor], template: Any, out: Any) -> None:
+        """Hook the call's input views and outputs; its gradients are caught under ``base``."""
+        grads = CallGrads(base, len(self.recorder))
+        grads.inputs = template
+        tensors, grads.outputs = output_slots(out)
+        hook_all(views, "inputs", grads, self._catch, self._handles)
+        hook_all(tensors, "outputs", grads, self._catch, self._handles)
+        self._calls[id(node)] = grads
+
+    def forward_done(self, index: int, top: dict[str, Any], root: dict[str, Any]) -> None:
+        """The forward ``index`` is written: keep its pruned tree of calls; calls pruning left out stop listening."""
+        calls, self._calls = self._calls, {}
+        self._detached = {}
+        if id(top) in calls:
+            calls[id(root)] = calls.pop(id(top))
+        kept: set[int] = set()
+
+        def skeleton(raw: dict[str, Any]) -> tuple:
+            grads = calls.get(id(raw))
+            if grads is not None:
+                kept.add(id(grads))
+            return (raw["module_path"], grads, [skeleton(child) for child in raw.get("children") or ()])
+
+        self._skeletons[index] = skeleton(root)
+        if index > 0:  # the previous forward's files moved into forward_<i>/: its backward files follow them
+            move_backward_files(self.recorder._recorded[index - 1], self.recorder.class_name)
+        for grads in calls.values():
+            grads.active = id(grads) in kept
+
+    # -- the backward ----------------------------------------------------------
+    def _catch(self, grads: CallGrads, io: str, number: int, grad: torch.Tensor) -> None:
+        if self._closed or not grads.active or grad is None:
+            return
+        writer = self._open_pass()
+        if writer is None:
+            return
+        name = f"{grads.name}_grad_{io}_{number}"
+        grads.caught[(io, number)] = writer.record(grads.forward, grad, name)
+        writer.touched(grads)
+
+    def _hook_parameters(self, model: nn.Module) -> list[Any]:
+        handles = []
+        prefix = self.recorder.class_name
+        for name, parameter in model.named_parameters():  # a tied weight once, under its first name
+            if parameter.requires_grad:
+                def hook(grad: torch.Tensor, name: str = f"{prefix}.{name}") -> None:
+                    if self._closed or grad is None:
+                        return
+                    writer = self._open_pass()
+                    if writer is not None:
+                        writer.parameter(name, grad)
+
+                handles.append(parameter.register_hook(hook))
+        return handles
+
+    def _open_pass(self) -> PassWriter | None:
+        if self._pass is not None:
+            return self._pass
+        if not in_backward():
+            return None
+        self._pass = PassWriter(self.recorder, self._passes, self._skeletons, self.use_repr)
+        torch.autograd.Variable._execution_engine.queue_callback(self._end_pass)
+        return self._pass
+
+    def _end_pass(self) -> None:
+        writer, self._pass = self._pass, None
+        if writer is None:
+            return
+        try:
+            writer.finish(time.perf_counter())
+        except Exception as exc:  # noqa: BLE001 - recording must never cost the user their backward
+            warnings.warn(f"nbtrace could not write the backward pass: {exc}", stacklevel=2)
+
+    def close(self) -> None:
+        """The block ends: every hook removed, the pass still open (a backward that raised) dropped."""
+        self._closed = True
+        self._pass = None
+        for handle in self._handles + self._parameters:
+            handle.remove()
+        self._handles, self._parameters = [], []
+        self._calls, self._detached = {}, {}
+
+
+def enter_top(capture: BackwardCapture | None, forward: Any, args: tuple, kwargs: dict[str, Any], root: str) -> tuple:
+    """``BackwardCapture.enter_top``, and what a top-level forward does without ``backward=True``."""
+    if capture is None:
+        return forward, _unchanged, {"args": args, "kwargs": kwargs}
+    return capture.enter_top(forward, args, kwargs, root)
+
+
+def _unchanged(out: Any) -> Any:
+    return out

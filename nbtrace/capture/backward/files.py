@@ -1,0 +1,150 @@
+"""One backward pass's records, completed and written beside its forward's files (``core/gradients.py``).
+
+The gradients of a pass are recorded as they arrive, by the Serializer the forward uses (stats and printed lines
+computed on their device, one transfer at the end; with ``use_repr=False`` a safetensors file each, in the folder
+``<Class>_backward_tensors/`` beside the trace, a later pass's files suffixed ``_pass<p>``). When the pass ends,
+each forward it reached gets its file written again with every pass recorded for it so far.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ...core.gradients import BACKWARD_FORMAT, BACKWARD_VERSION, backward_path, forward_digest
+from ..serialize import Serializer
+from ..write import TensorStore, write_atomic
+from .calls import CallGrads
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..recorded import Recorded
+    from ..recorder import Recorder
+
+
+def tensors_folder(class_name: str) -> str:
+    """The name of the folder a backward's safetensors files go into, beside the trace files."""
+    return f"{class_name}_backward_tensors"
+
+
+def move_backward_files(recorded: Recorded, class_name: str) -> None:
+    """The forward's files moved into ``forward_<i>/`` (``Recorder._keep_previous_forward``): its backward's follow
+    them from the folder above, where they were written."""
+    if recorded.source is None or not recorded.source.parent.name.startswith("forward_"):
+        return
+    above = recorded.source.parent.parent
+    for name in (backward_path(recorded.source).name, tensors_folder(class_name)):
+        if (above / name).exists() and not (recorded.source.parent / name).exists():
+            os.replace(above / name, recorded.source.parent / name)
+
+
+class PassWriter:
+    """The records of one backward pass, per forward it reached, until the pass ends."""
+
+    def __init__(self, recorder: Recorder, passes: dict[int, list[dict[str, Any]]],
+                 skeletons: dict[int, Any], use_repr: bool) -> None:
+        self.recorder = recorder
+        self.passes = passes
+        self.skeletons = skeletons
+        self.use_repr = use_repr
+        self._serializers: dict[int, Serializer] = {}
+        self._stores: dict[int, TensorStore] = {}
+        self._touched: dict[int, list[CallGrads]] = {}
+        self._parameters: list[tuple[str, torch.Tensor]] = []
+        #: the twin's backward of each forward reached, when it runs (``twin.py``): forward index -> callable
+        self.twin_sections: dict[int, dict[str, Any]] = {}
+        self.seeds: dict[int, torch.Tensor] = {}
+
+    def _serializer(self, forward: int) -> Serializer | None:
+        serializer = self._serializers.get(forward)
+        if serializer is None:
+            if forward >= len(self.recorder._recorded):
+                return None  # a backward run inside its own forward: not recorded
+            store = None
+            if not self.use_repr:
+                folder = self.recorder._recorded[forward].base_dir / tensors_folder(self.recorder.class_name)
+                folder.mkdir(parents=True, exist_ok=True)
+                store = self._stores[forward] = TensorStore(folder)
+            serializer = self._serializers[forward] = Serializer(self.use_repr, store)
+        return serializer
+
+    def _name(self, forward: int, name: str) -> str:
+        done = len(self.passes.get(forward, ()))
+        return name if done == 0 else f"{name}_pass{done}"
+
+    def record(self, forward: int, grad: torch.Tensor, name: str) -> Any:
+        """The record of one caught gradient (complete once the pass ends)."""
+        serializer = self._serializer(forward)
+        if serializer is None:
+            return "None"
+        if not self.use_repr:
+            grad = grad.detach().clone()  # the file is written later; autograd may accumulate into ``grad``
+        return serializer(grad.detach(), self._name(forward, name))
+
+    def touched(self, grads: CallGrads) -> None:
+        calls = self._touched.setdefault(grads.forward, [])
+        if not grads.caught or len(grads.caught) == 1:
+            calls.append(grads)
+
+    def parameter(self, name: str, grad: torch.Tensor) -> None:
+        self._parameters.append((name, grad.detach().clone() if not self.use_repr else grad.detach()))
+
+    def finish(self, now: float) -> None:
+        """Complete every record of the pass and write each forward's backward file."""
+        forwards = sorted(self._touched)
+        if not forwards and self._parameters and self.recorder._recorded:
+            forwards = [len(self.recorder._recorded) - 1]
+        if not forwards:
+            return
+        parameters: dict[str, Any] = {}
+        target = forwards[-1]
+        serializer = self._serializer(target)
+        if serializer is not None:
+            for name, grad in self._parameters:
+                parameters[name] = serializer(grad, self._name(target, f"{name}_grad"))
+        for forward in forwards:
+            serializer = self._serializer(forward)
+            if serializer is None:
+                continue
+            serializer.finish()
+            store = self._stores.get(forward)
+            if store is not None:
+                store.flush()
+            skeleton = self.skeletons.get(forward)
+            tree = _tree(skeleton) if skeleton is not None else {"module_path": self.recorder.class_name}
+            one: dict[str, Any] = {"tree": tree, "parameters": parameters if forward == target else {}}
+            if forward in self.twin_sections:
+                one["twin"] = self.twin_sections[forward]
+            self.passes.setdefault(forward, []).append(one)
+            self._write(forward)
+        for calls in self._touched.values():
+            for grads in calls:
+                grads.caught = {}
+
+    def _write(self, forward: int) -> None:
+        recorded = self.recorder._recorded[forward]
+        if recorded.source is None:
+            return
+        document = {
+            "format": BACKWARD_FORMAT,
+            "version": BACKWARD_VERSION,
+            "forward": forward_digest(recorded.source),
+            "tensors": None if self.use_repr else tensors_folder(self.recorder.class_name),
+            "passes": self.passes[forward],
+        }
+        text = json.dumps(document, indent=1)
+        write_atomic(backward_path(recorded.source), text.encode("utf-8"))
+
+
+def _tree(skeleton: tuple) -> dict[str, Any]:
+    path, grads, children = skeleton
+    node: dict[str, Any] = {"module_path": path}
+    if grads is not None and grads.caught:
+        node["inputs"] = grads.structure("inputs")
+        node["outputs"] = grads.structure("outputs")
+    if children:
+        node["children"] = [_tree(child) for child in children]
+    return node

@@ -1,0 +1,194 @@
+"""The backward passes a trace recorded: the file ``<Class>_debug_tree_BACKWARD.json``, read as ``trace.backward``.
+
+``nbtrace.trace(model, ..., backward=True)`` lets the forward build its graph and records every backward pass run
+inside the block (``loss.backward()``, ``torch.autograd.grad``). Each pass is a call tree shaped like the forward's
+(pruned as it is), in the format's own records, where a call's ``outputs`` is the gradient that reached its
+outputs and its ``inputs`` the gradient it sent to its inputs (``"None"`` where none flowed), and each parameter's
+gradient of that pass (a tied weight's summed over its uses)::
+
+    {"format": "nbtrace-backward", "version": 1, "forward": "<digest of the forward's FULL file>",
+     "tensors": "<folder of the safetensors files>" | null,
+     "passes": [{"tree": {<call tree>}, "parameters": {"<Class>.<module path>.<name>": <tensor record>},
+                 "seed": {"shape": [..], "dtype": ".."} | null}]}
+
+``forward`` ties the file to the forward it belongs to: a file left by another run (its digest differs) is not
+read. ``twin`` (optional, per pass) holds the float64 twin's backward fingerprints (``capture/backward/twin.py``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import TraceFormatError
+from .build import TreeBuilder
+from .json_text import parse_json
+from .tensor import TensorValue
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas
+
+    from .node import Node
+    from .trace import Trace
+
+BACKWARD_SUFFIX = "_debug_tree_BACKWARD.json"
+BACKWARD_FORMAT = "nbtrace-backward"
+BACKWARD_VERSION = 1
+_TRACE_SUFFIXES = ("_debug_tree_FULL_TENSORS.json", "_debug_tree_SUMMARY.json")
+
+
+def backward_path(trace_file: Path) -> Path:
+    """The backward file beside a FULL or SUMMARY trace file."""
+    name = trace_file.name
+    for suffix in _TRACE_SUFFIXES:
+        if name.endswith(suffix):
+            return trace_file.with_name(name[: -len(suffix)] + BACKWARD_SUFFIX)
+    return trace_file.with_name(trace_file.stem + BACKWARD_SUFFIX)
+
+
+def full_file(trace_file: Path) -> Path:
+    """The FULL file of the forward a trace file belongs to (the digest is of its bytes)."""
+    name = trace_file.name
+    if name.endswith(_TRACE_SUFFIXES[1]):
+        return trace_file.with_name(name[: -len(_TRACE_SUFFIXES[1])] + _TRACE_SUFFIXES[0])
+    return trace_file
+
+
+def forward_digest(full: Path) -> str | None:
+    """A short digest of a forward's FULL file, or None when it cannot be read."""
+    try:
+        return hashlib.blake2b(full.read_bytes(), digest_size=12).hexdigest()
+    except OSError:
+        return None
+
+
+@dataclass
+class GradPass:
+    """One backward pass: the gradients at every recorded call (a Trace shaped like the forward's) and the
+    parameters' gradients of that pass."""
+
+    trace: Trace
+    parameters: dict[str, TensorValue] = field(default_factory=dict)
+    #: the float64 twin's backward of this pass, when recorded: call name -> place -> TwinPrint
+    twin: dict[str, dict[str, Any]] = field(default_factory=dict)
+    index: int = 0
+
+    def grad_outputs(self, node: Node) -> Any:
+        """The gradient that reached ``node``'s outputs in this pass (the format's nesting)."""
+        return node.outputs
+
+    def grad_inputs(self, node: Node) -> Any:
+        """The gradient ``node`` sent on to its inputs in this pass."""
+        return node.inputs
+
+    def module_parameters(self, module_path: str) -> dict[str, TensorValue]:
+        """The gradients of the parameters ``module_path`` holds itself (not its submodules'), by short name."""
+        prefix = module_path + "."
+        return {name[len(prefix):]: value for name, value in self.parameters.items()
+                if name.startswith(prefix) and "." not in name[len(prefix):]}
+
+    def to_dataframe(self) -> pandas.DataFrame:
+        """One row per recorded gradient (``render/backward_frame.py``)."""
+        from ..render.backward_frame import gradient_frame
+
+        return gradient_frame(self)
+
+
+@dataclass
+class Backward:
+    """Every backward pass recorded for one forward, in order (``passes``); ``last`` the latest one."""
+
+    passes: list[GradPass]
+    source: Path | None = None
+
+    @property
+    def last(self) -> GradPass:
+        return self.passes[-1]
+
+    @property
+    def trace(self) -> Trace:
+        """The latest pass's gradient tree."""
+        return self.last.trace
+
+    @property
+    def parameters(self) -> dict[str, TensorValue]:
+        return self.last.parameters
+
+    def __len__(self) -> int:
+        return len(self.passes)
+
+    def to_dataframe(self) -> pandas.DataFrame:
+        """The gradients of every pass, one row per recorded gradient, with a ``pass`` column."""
+        import pandas as pd
+
+        frames = [p.to_dataframe().assign(**{"pass": p.index}) for p in self.passes]
+        return pd.concat(frames, ignore_index=True) if frames else frames[0]
+
+    def __repr__(self) -> str:
+        return f"<Backward: {len(self.passes)} pass(es) of {self.trace.model_name}>"
+
+
+def parse_backward(document: Any, where: Path, base_dir: Path) -> Backward:
+    """Build a Backward from the file's JSON (malformed: TraceFormatError naming ``where``)."""
+    from .trace import Trace
+
+    if not isinstance(document, dict) or document.get("format") != BACKWARD_FORMAT:
+        raise TraceFormatError(where, f"is not an nbtrace backward file (format {BACKWARD_FORMAT!r})")
+    raw_passes = document.get("passes")
+    if not isinstance(raw_passes, list) or not raw_passes:
+        raise TraceFormatError(where, "holds no backward pass")
+    tensors = document.get("tensors")
+    folder = base_dir / tensors if isinstance(tensors, str) else base_dir
+    passes = []
+    for i, raw in enumerate(raw_passes):
+        if not isinstance(raw, dict) or not isinstance(raw.get("tree"), dict):
+            raise TraceFormatError(where, f"pass {i} needs a 'tree'")
+        trace = Trace.from_tree(raw["tree"], kind="full", source=where, base_dir=folder)
+        builder = TreeBuilder(where, folder)
+        parameters = {}
+        for name, record in (raw.get("parameters") or {}).items():
+            value = builder.value(record, 0)
+            if isinstance(value, TensorValue):
+                parameters[name] = value
+        twin = {}
+        if isinstance(raw.get("twin"), dict):
+            from .twin import parse_twin
+
+            twin = parse_twin({"version": 1, "sums": 16, "calls": raw["twin"]}).calls
+        passes.append(GradPass(trace, parameters, twin, i))
+    return Backward(passes, where)
+
+
+def read_backward(trace_file: Path) -> Backward | None:
+    """The backward passes recorded beside ``trace_file``, or None: none recorded, or left by another run."""
+    path = backward_path(trace_file)
+    if not path.is_file():
+        return None
+    try:
+        document = parse_json(path.read_bytes())
+    except (OSError, ValueError) as exc:
+        raise TraceFormatError(path, f"cannot be read as JSON: {exc}") from None
+    stamp = document.get("forward") if isinstance(document, dict) else None
+    if stamp is not None and stamp != forward_digest(full_file(trace_file)):
+        return None  # written for another forward that the folder held before: it does not describe this one
+    return parse_backward(document, path, path.parent.resolve())
+
+
+def backward_of(trace: Trace) -> Backward | None:
+    """``trace.backward``: its backward passes, read once per change of the file (None when it has none)."""
+    if trace.source is None:
+        return None
+    path = backward_path(trace.source)
+    try:
+        stat = path.stat()
+        key = (stat.st_mtime_ns, stat.st_size)
+    except OSError:
+        return None
+    cached = getattr(trace, "_backward_cache", None)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    found = read_backward(trace.source)
+    trace._backward_cache = (key, found)  # type: ignore[attr-defined]
+    return found
