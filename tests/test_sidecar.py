@@ -39,7 +39,7 @@ def test_a_model_without_parameters_gets_only_the_numerics_and_no_sections_write
     model = torch.nn.Sequential(torch.nn.ReLU(), torch.nn.Tanh())  # no parameters: only what the run used
     with nbtrace.trace(model, debug_path=tmp_path, measure_rounding=False) as rec:
         model(torch.randn(2, 3))
-    assert set(rec.trace.sidecar) == {"numerics"}
+    assert set(rec.trace.sidecar) == {"numerics", "sketch"}  # what the run used, and its own sketch of each call
     assert nbtrace.load_trace(tmp_path).sidecar == rec.trace.sidecar
     assert write_sidecar(tmp_path / "empty", "Sequential", {}) is None and not (tmp_path / "empty").exists()
 

@@ -24,6 +24,7 @@ from ..core.run import RUN_SECTION, run_section
 from ..core.sidecar import sidecar_path
 from ..core.kept_inputs import INPUTS_SECTION, inputs_section
 from ..core.trace import Trace
+from ..core.sketch import SKETCH_SECTION
 from ..core.twin import TWIN_SECTION
 from .generation import GenerationProbe
 from .numerics import model_devices, numerics_section
@@ -38,6 +39,7 @@ from .call_facts import any_autocast as _any_autocast
 from .call_facts import autocast_state
 from .backward import enter_top, in_backward
 from .serialize import Serializer
+from .sketch import RunSketch
 from .speculate import Frame, Site, Speculation, numbered_containers
 from .write import TensorStore, tree_refs, write_sidecar, write_trace_files
 from .writer import drop_refs
@@ -124,6 +126,8 @@ class Recorder:
             run.autocast[id(node)] = autocast_state()
         grad = torch.is_grad_enabled()
         _set_grad_enabled(False)  # torch.no_grad(), without the cost of a context manager per call
+        if run.sketch is not None:
+            run.sketch.enter(base, args, kwargs)
         try:
             try:
                 out = forward(*args, **kwargs)
@@ -132,6 +136,8 @@ class Recorder:
         except BaseException as exc:
             run.close(node, error=exc)
             raise
+        if run.sketch is not None:
+            run.sketch.leave(base, out)
         try:
             if not site.has_children:
                 run.record(node, "outputs", out, f"{base}_outputs")
@@ -170,6 +176,9 @@ class Recorder:
                 run.autocast[id(node)] = autocast_state()
             probe = GenerationProbe.start(args, kwargs) if module is self.model else None
             measures = self.rounding.start(run, args, kwargs, module) if self.rounding is not None else None
+            if self.rounding is None:  # no twin: the run's own sketch (``sketch.py``)
+                run.sketch = RunSketch(run.serialize.batch, args, kwargs)
+                run.sketch.enter(root, args, kwargs)
             try:
                 out = forward(*args, **kwargs)
             except BaseException as exc:
@@ -184,6 +193,8 @@ class Recorder:
                 run.close(node, error=exc)
                 self._end_forward(run, node, failed=True)
                 raise
+            if run.sketch is not None:
+                run.sketch.leave(root, out)
             run.close(node)
             if measures is not None:
                 self.rounding.top_done(measures, out)  # type: ignore[union-attr]
@@ -297,6 +308,8 @@ class Recorder:
             kept = run.rounding.twin_start.tensors if run.rounding.twin_start is not None else {}
             if self.use_repr and kept:
                 run.sidecar[INPUTS_SECTION] = inputs_section(kept)
+        if run.sketch is not None:
+            run.sidecar[SKETCH_SECTION] = run.sketch.section(root)
         if self.rank_plan is not None and run.layouts is not None:
             run.sidecar[DISTRIBUTED] = self.rank_plan.section(root, run.layouts)
         recorded.generation = run.generation_done() if run.generation_done is not None else None
@@ -334,6 +347,8 @@ class _ForwardRun:
         self.layouts: ShardLayouts | None = None
         #: the rounding measured in this forward (``measure_rounding``), None when off
         self.rounding: Measures | None = None
+        #: the run's own sketch of every call's float tensors, where no twin is recorded (``sketch.py``)
+        self.sketch: RunSketch | None = None
         #: id(call's dict) -> (device type, dtype) of the autocast it ran under (calls under none are left out)
         self.autocast: dict[int, tuple[str, torch.dtype] | None] = {}
 

@@ -35,7 +35,7 @@ from .align.pairing import compile_ignore
 from .ranks.ranked import call_comparer, ranked_rename
 from .verdict.report import node_report
 from .verdict.weights import WeightFinding, compare_parameters
-from .verdict.weighted import weighted_divergence
+from .verdict.sketch_verdict import plain_divergence
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas
@@ -132,14 +132,13 @@ class Comparison:
 
     def _by_tolerance(self, found: FirstDivergence | None) -> None:
         """The per-element tolerance's finding names a module only on evidence no correct kernel produces (another
-        shape, NaN/inf elsewhere, integers that differ, a wrongly converted weight) or by a tolerance the user gave;
+        shape, NaN/inf elsewhere, integers that differ, a wrongly converted weight, a call beyond the bound the runs'
+        sketches give: ``sketch_verdict.py``) or by a tolerance the user gave;
         a printed value or a stat beyond the default tolerance leaves the comparison "unresolved" there."""
-        if found is None or self.rtol is not None or self.atol is not None or found.basis not in ("printed", "stats"):
+        if self.rtol is not None or self.atol is not None or found and found.basis not in ("printed", "stats"):
             self.first_divergence = found
             return
-        categorical = any(d.ok is False and (d.problem is not None or d.basis == "shape" or d.rtol == 0)
-                          for d in found.diffs if d.io == found.io)
-        if (named := weighted_divergence(self, found, categorical)) is not None:  # a weight: at its own module
+        if (named := plain_divergence(self, found)) is not None or found is None:  # a weight, a sketched bound
             self.first_divergence = named
             return
         size = found.max_rel if found.max_rel is not None else max(found.stat_diffs.values(), default=0.0)
