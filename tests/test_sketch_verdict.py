@@ -36,9 +36,23 @@ def _folder(model: nn.Module, path, seed: int, dropin: bool = False):
     return path
 
 
+_REFERENCES: dict = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _references(tmp_path_factory):
+    _REFERENCES.clear()
+    _REFERENCES["root"] = tmp_path_factory.mktemp("references")
+    yield
+    _REFERENCES.clear()
+
+
 def _compare(tmp_path, dtype, seed, port, dropin=False):
-    reference = ip.build(WIDTH, dtype, seed, 2)
-    a = _folder(reference, tmp_path / "a", seed, dropin)
+    key = (dtype, seed, dropin)
+    if key not in _REFERENCES:  # each reference folder is written once for the module
+        reference = ip.build(WIDTH, dtype, seed, 2)
+        _REFERENCES[key] = reference, _folder(reference, _REFERENCES["root"] / f"{len(_REFERENCES)}", seed, dropin)
+    reference, a = _REFERENCES[key]
     return nbtrace.compare(a, _folder(port(reference), tmp_path / "b", seed, dropin))
 
 

@@ -15,7 +15,6 @@ the forward. A tensor that cannot be sketched is left out, never an exception.
 
 from __future__ import annotations
 
-import inspect
 import math
 import weakref
 from typing import TYPE_CHECKING, Any
@@ -25,15 +24,13 @@ import torch
 from ..core.sketch import SKETCH_VERSION
 from ..core.twin import SUMS, TwinPrint
 from .recorded import named_calls
-from .twin.fingerprint import fingerprint
 from .twin.forward import find_valid
 from .twin.print_numbers import padding_text
+from .twin.signs import CHUNK, SEED_S, SENTINEL, chunk_signs, sign_sequence, valid_shape
 
 if TYPE_CHECKING:  # pragma: no cover
     from .transfer import HostBatch, Slot
 
-#: the fingerprint's layout sums are not needed here (a sketch compares with the same call's in another folder)
-_NO_LAYOUT = {"layout": False} if "layout" in inspect.signature(fingerprint).parameters else {}
 _MAX_DEPTH = 16
 
 
@@ -55,22 +52,26 @@ class RunSketch:
         self.calls: dict[str, dict[str, tuple[tuple[int, ...], Slot]]] = {}
         self.events: list[str] = []
         self._seen: dict[int, tuple[Any, Slot, int | None]] = {}
+        self._masks: dict[tuple[tuple[int, ...], int, torch.device], tuple[torch.Tensor, Slot]] = {}
 
-    def enter(self, key: str, args: tuple, kwargs: dict[str, Any]) -> None:
-        """A call starts: its float inputs, sketched before its code can change them in place."""
+    def enter(self, key: str, args: tuple, kwargs: dict[str, Any], leaf: bool = True) -> None:
+        """A call starts: a leaf's float inputs, sketched before its code can change them in place (a call with
+        children only marks its place: what it reads and returns is its children's)."""
         self.events.append("(" + key)
-        found: dict[str, tuple[tuple[int, ...], Slot]] = {}
+        if not leaf:
+            return
+        found: dict[str, tuple[tuple[int, ...], Slot, Slot | int]] = {}
         for i, value in enumerate(args):
             self._walk(value, f"args.{i}", found, 0)
         for name, value in kwargs.items():
             self._walk(value, f"kwargs.{name}", found, 0)
         self.calls[key] = found
 
-    def leave(self, key: str, out: Any) -> None:
-        """A call returned ``out``: its float outputs."""
+    def leave(self, key: str, out: Any, leaf: bool = True) -> None:
+        """A call returned ``out``: a leaf's float outputs."""
         self.events.append(")" + key)
-        found = self.calls.setdefault(key, {})
-        self._walk(out, "out", found, 0)
+        if leaf:
+            self._walk(out, "out", self.calls.setdefault(key, {}), 0)
 
     def _walk(self, value: Any, place: str, found: dict, depth: int) -> None:
         if depth > _MAX_DEPTH:
@@ -78,9 +79,9 @@ class RunSketch:
         if type(value) is torch.Tensor or isinstance(value, torch.Tensor) and not hasattr(value, "placements"):
             if value.is_floating_point() and value.numel() > 0 and not value.is_meta \
                     and value.layout == torch.strided:
-                slot = self._sketch(value)
-                if slot is not None:
-                    found[place] = (tuple(value.shape), slot)
+                sketched = self._sketch(value)
+                if sketched is not None:
+                    found[place] = (tuple(value.shape), *sketched)
         elif isinstance(value, (list, tuple)):
             for i, item in enumerate(value):
                 self._walk(item, f"{place}.{i}", found, depth + 1)
@@ -88,17 +89,51 @@ class RunSketch:
             for name, item in value.items():
                 self._walk(item, f"{place}.{name}", found, depth + 1)
 
-    def _sketch(self, tensor: torch.Tensor) -> Slot | None:
+    def _sketch(self, tensor: torch.Tensor) -> tuple[Slot, Slot | int] | None:
+        """The slot of the tensor's sums and sum of squares, and its kept count (a slot where padding is left out)."""
         version = _version(tensor)
         entry = self._seen.get(id(tensor))
         if entry is not None and entry[0]() is tensor and entry[2] == version and version is not None:
             return entry[1]
         try:
-            slot = self.batch.add(fingerprint(tensor, self.valid, **_NO_LAYOUT)[:SUMS + 3])
+            numbers, kept = self._numbers(tensor)
+            found = self.batch.add(numbers), kept
         except Exception:  # noqa: BLE001 - a tensor that cannot be sketched is left out
             return None
-        self._seen[id(tensor)] = (weakref.ref(tensor), slot, version)
-        return slot
+        self._seen[id(tensor)] = (weakref.ref(tensor), found, version)
+        return found
+
+    def _numbers(self, x: torch.Tensor) -> tuple[torch.Tensor, Slot | int]:
+        """The fingerprint's 16 sums (``twin/fingerprint.py``: the same signs and chunks) of ``x``'s values in float64
+        with padding rows zeroed, and their sum of squares (four passes over ``x``); and how many were kept. NaNs and
+        sentinels are not left out as the twin's fingerprint leaves them: they make the numbers unusable
+        (``_entry``)."""
+        with torch._C.DisableTorchFunction():
+            device = x.device
+            values = x.detach().to(torch.float64)
+            kept: Slot | int = x.numel()
+            shape = valid_shape(tuple(x.shape), tuple(self.valid.shape)) if self.valid is not None else None
+            if shape is not None:
+                keep, kept = self._keep(tuple(shape), x.numel() // math.prod(shape), device)
+                values = torch.where(keep, values, 0.0)
+            values = values.reshape(-1)
+            full, rest = divmod(values.numel(), CHUNK)
+            w, s = _signs(device, full + 1)
+            if rest:  # the last chunk's missing elements count as zeros
+                values = torch.cat([values, values.new_zeros(CHUNK - rest)])
+                full += 1
+            signed = (values.view(full, CHUNK // SUMS, SUMS) * s).sum(1)  # each chunk's 16 signed sums
+            return torch.cat([w[:full] @ signed, torch.dot(values, values).reshape(1)]), kept
+
+    def _keep(self, shape: tuple[int, ...], times: int, device: torch.device) -> tuple[torch.Tensor, Slot]:
+        """The padding mask broadcast to ``shape`` (bool), and the slot of how many of ``times`` such blocks keep."""
+        found = self._masks.get((shape, times, device))
+        if found is None:
+            valid = self.valid if self.valid.device == device else self.valid.to(device)
+            keep = valid.reshape(shape).bool()
+            count = self.batch.add((keep.sum().to(torch.float64) * times).reshape(1))
+            found = self._masks[(shape, times, device)] = keep, count
+        return found
 
     def section(self, root: dict[str, Any]) -> dict[str, Any]:
         """The sidecar's ``sketch`` section (after the forward's transfer), for the tree as written (``root``):
@@ -108,8 +143,8 @@ class RunSketch:
         if self.padding is not None:
             section["padding"] = padding_text(self.padding[0], self.padding[1].values())
         for key, places in self.calls.items():
-            entries = {place: entry for place, (shape, slot) in places.items()
-                       if (entry := _entry(shape, slot.values())) is not None}
+            entries = {place: entry for place, (shape, slot, kept) in places.items()
+                       if (entry := _entry(shape, slot.values(), kept)) is not None}
             if entries:
                 section["calls"][key] = entries
         written = {key for key, _ in named_calls(root)}
@@ -118,14 +153,29 @@ class RunSketch:
         return section
 
 
-def _entry(shape: tuple[int, ...], values: list[float]) -> dict[str, Any] | None:
-    """One tensor's sketch as the ``twin`` section writes a fingerprint (``core/twin.py``); None where a sum is not
-    finite (a ``+inf``) or nothing was kept."""
-    kept, sumsq, left_out = int(values[SUMS]), values[SUMS + 1], int(values[SUMS + 2])
-    if kept <= 0 or not all(math.isfinite(v) for v in values[:SUMS + 2]):
+_SIGNS: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def _signs(device: torch.device, chunks: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fingerprint's chunk signs ``W`` and its element signs ``S`` as ``[CHUNK/16, 16]`` (``twin/signs.py``;
+    element ``i`` of a chunk goes to sum ``i mod 16``), kept per device."""
+    found = _SIGNS.get(device)
+    if found is None or found[0].shape[0] < chunks:
+        s = torch.tensor(sign_sequence(SEED_S, CHUNK), dtype=torch.float64).view(CHUNK // SUMS, SUMS)
+        w = torch.tensor(chunk_signs(max(chunks, 1)), dtype=torch.float64)
+        found = _SIGNS[device] = w.to(device), s.to(device)
+    return found
+
+
+def _entry(shape: tuple[int, ...], values: list[float], kept: Slot | int) -> dict[str, Any] | None:
+    """One tensor's sketch as the ``twin`` section writes a fingerprint (``core/twin.py``); None where a number is
+    not finite or a value is a sentinel (NaN, infinity, a mask's fill: no difference can be read off the sums), or
+    nothing was kept."""
+    count = int(kept if isinstance(kept, int) else kept.values()[0])
+    sumsq = values[SUMS]
+    if count <= 0 or not all(math.isfinite(v) for v in values) or sumsq >= SENTINEL**2:
         return None
-    sums = tuple(float(v) for v in values[:SUMS])
-    return TwinPrint(tuple(shape), sums, kept, math.sqrt(sumsq / kept), left_out).to_dict()
+    return TwinPrint(tuple(shape), tuple(float(v) for v in values[:SUMS]), count, math.sqrt(sumsq / count)).to_dict()
 
 
 def _version(tensor: torch.Tensor) -> int | None:
