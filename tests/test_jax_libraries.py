@@ -75,6 +75,31 @@ def test_a_bf16_port_of_gemma_sees_through_its_rounded_constants(tmp_path):
             bug, str(c))
 
 
+def test_a_bf16_port_of_a_float32_flax_original(tmp_path):
+    """The Flax original traced in float32 as it is, the port ``.to(torch.bfloat16)``: the original's float64 twin
+    runs once more with its variables rounded to bfloat16 (``p_bf16``), and the port's twin is compared with that
+    run, float64 against float64, with no allowance for the weights' rounding: the clean port agrees, and a GELU's
+    exact form and an attention scale 2% off (each far below bfloat16's rounding of a weight) are named."""
+    import nbtrace.jax as ntj
+
+    size = gemma_library.GemmaSize(kv_heads=2)
+    model, variables, ids = gemma_library.make_original(size, 6)
+    ntj.trace(model, variables, ids, debug_path=tmp_path / "original")
+    twin = nbtrace.load_trace(tmp_path / "original").twin
+    assert twin is not None and all(p.bf16 is not None for p in twin.of(nbtrace.load_trace(
+        tmp_path / "original").root).values())
+    tokens = torch.from_numpy(ids.astype(np.int64))
+    for bug in [None, "gelu_exact", "attn_scale"]:
+        port = gemma_library.make_port(variables, size, bug).to(torch.bfloat16)
+        with nbtrace.trace(port, debug_path=tmp_path / f"port_{bug}"):
+            port(tokens)
+        for c in (nbtrace.compare(tmp_path / "original", tmp_path / f"port_{bug}"),
+                  nbtrace.compare(tmp_path / "original", port)):
+            assert (c.verdict, _named(c)) == ("agree" if bug is None else "diverge",
+                                              gemma_library.BUG_MODULES.get(bug)), (bug, str(c))
+            assert bug is None or "rounded to bfloat16" in c.summary(), c.summary()
+
+
 @pytest.mark.parametrize("seed", [0])
 def test_the_pytorch_griffin_of_recurrentgemma_against_its_flax_griffin(tmp_path, seed):
     """A second published Flax library: recurrentgemma's Flax Griffin (an RG-LRU recurrent block, a local attention

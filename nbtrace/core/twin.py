@@ -26,7 +26,9 @@ twin moved when every stored float tensor moved by one float64 rounding (the twi
 ``sconst`` when the float constants the model holds outside its ``state_dict`` moved by one rounding of their
 dtype (null: the model holds none); ``low`` names the first operation that stayed narrower than float64 before
 the call ended (the twin is not float64 there). ``constants`` digests those constants, so two sides with equal
-lists computed them bit for bit.
+lists computed them bit for bit. ``q`` (a tensor of three or more axes longer than one): its ``AXES`` layout sums,
+each element signed by the product of its axes' signs, the same whatever order the axes are held in, so a
+tensor held channels last compares with its channels-first counterpart (``distance(..., layout=True)``).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ if TYPE_CHECKING:  # pragma: no cover
 TWIN_SECTION = "twin"
 TWIN_VERSION = 1
 SUMS = 16
+AXES = 8  # the layout sums of a tensor (``capture/twin/signs.py``'s ``AXIS_SUMS``)
 
 
 @dataclass(frozen=True)
@@ -67,14 +70,24 @@ class TwinPrint:
     run_rms: float | None = None  # the RMS of the run's own output (exact: its sum of squares)
     #: the sums of the same tensor in the twin run with the model and its float inputs rounded to bfloat16
     bf16: tuple[float, ...] | None = None
+    #: the layout sums (``q``; None: fewer than three axes longer than one), and the same in the rounded run
+    layout: tuple[float, ...] | None = None
+    layout_bf16: tuple[float, ...] | None = None
 
     @property
     def numel(self) -> int:
         return math.prod(self.shape)
 
-    def distance(self, other: TwinPrint, rounded: bool = False) -> float:
+    def distance(self, other: TwinPrint, rounded: bool = False, layout: bool = False) -> float:
         """The RMS of the difference of the two tensors (an estimate from the sums); ``rounded``: this tensor's sums
-        in the twin run with the model rounded to bfloat16 (``bf16``) against ``other``'s."""
+        in the twin run with the model rounded to bfloat16 (``bf16``) against ``other``'s; ``layout``: from the
+        layout sums, which compare the tensors whatever order each holds its axes in (each of them estimates the
+        squared difference on its own: their mean is the estimate)."""
+        if layout:
+            mine = self.layout_bf16 if rounded and self.layout_bf16 is not None else self.layout
+            if mine is None or other.layout is None:
+                return math.nan
+            return math.sqrt(sum((x - y) ** 2 for x, y in zip(mine, other.layout)) / len(mine) / self.kept)
         sums = self.bf16 if rounded and self.bf16 is not None else self.sums
         return math.sqrt(sum((x - y) ** 2 for x, y in zip(sums, other.sums)) / self.kept)
 
@@ -91,6 +104,9 @@ class TwinPrint:
                 out[name] = getattr(self, name)
         if self.bf16 is not None:
             out["p_bf16"] = base64.b64encode(struct.pack(f"<{SUMS}d", *self.bf16)).decode("ascii")
+        for name, sums in (("q", self.layout), ("q_bf16", self.layout_bf16)):
+            if sums is not None:
+                out[name] = base64.b64encode(struct.pack(f"<{AXES}d", *sums)).decode("ascii")
         return out
 
 
@@ -132,6 +148,7 @@ class _Bad(ValueError):
 _OPTIONAL = ("s64", "sconst", "acc", "run_rms")
 _COUNTS = ("out", "run_out")
 _UNPACK = struct.Struct(f"<{SUMS}d").unpack
+_UNPACK_AXES = struct.Struct(f"<{AXES}d").unpack
 _INF = float("inf")
 
 
@@ -146,15 +163,18 @@ def _print(raw: Any, where: str) -> TwinPrint:
         counts = [raw.get(name, 0) for name in _COUNTS]
         low = raw.get("low")
         bf16 = _UNPACK(base64.b64decode(raw["p_bf16"], validate=True)) if "p_bf16" in raw else None
+        layout = [_UNPACK_AXES(base64.b64decode(raw[name], validate=True)) if name in raw else None
+                  for name in ("q", "q_bf16")]
     except (KeyError, TypeError, AttributeError, ValueError, struct.error):
-        raise _Bad(f"{where} must hold 'shape' and 'p' (base64 of {SUMS} float64 numbers)") from None
+        raise _Bad(f"{where} must hold 'shape' and 'p' (base64 of {SUMS} float64 numbers; 'q': of {AXES})") from None
     numbers = [kept, rms, *counts, *(v for v in optional if v is not None)]
     if (type(shape) is not list or any(type(d) is not int or d < 0 for d in shape)
             or any(type(v) not in (int, float) or not 0 <= v < _INF for v in numbers)
-            or any(not -_INF < v < _INF for v in sums + (bf16 or ())) or (low is not None and type(low) is not str)):
+            or any(not -_INF < v < _INF for v in sums + (bf16 or ()) + (layout[0] or ()) + (layout[1] or ()))
+            or (low is not None and type(low) is not str)):
         raise _Bad(f"{where} holds a malformed value (sizes, finite numbers >= 0, 'low' a string)")
     return TwinPrint(tuple(shape), sums, int(kept), float(rms), int(counts[0]), optional[0], optional[1], low,
-                     optional[2], int(counts[1]), optional[3], bf16)
+                     optional[2], int(counts[1]), optional[3], bf16, layout[0], layout[1])
 
 
 def parse_twin(section: Any) -> Twin:

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..capture.twin.signs import CHUNK, SEED_S, SENTINEL, SUMS, chunk_signs, sign_sequence, valid_shape
+from ..capture.twin.signs import (AXIS_SUMS, CHUNK, SEED_S, SENTINEL, SUMS, axis_shape, axis_signs, chunk_signs,
+                                 sign_sequence, valid_shape)
 
 _S = np.asarray(sign_sequence(SEED_S, CHUNK), dtype=np.float64)
 _W: list[np.ndarray] = [np.zeros(0)]
+_AXES: dict[int, np.ndarray] = {}
 
 
 def _chunk_signs(chunks: int) -> np.ndarray:
@@ -25,7 +27,8 @@ def valid_elements(x: np.ndarray, valid: np.ndarray | None) -> np.ndarray | None
 
 
 def fingerprint(x: np.ndarray, valid: np.ndarray | None = None) -> list[float]:
-    """The 16 sums, the count kept, their sum of squares and the count left out (``signs.WIDTH`` numbers)."""
+    """The 16 sums, the count kept, their sum of squares and the count left out (``signs.WIDTH`` numbers), then the
+    layout sums of an array of three or more axes longer than one."""
     x = np.asarray(x)
     if np.iscomplexobj(x):
         x = np.stack([x.real, x.imag], axis=-1)
@@ -50,4 +53,19 @@ def fingerprint(x: np.ndarray, valid: np.ndarray | None = None) -> list[float]:
             folded[:rest] += w[full] * values[full * CHUNK:]
         sums = (folded * _S).reshape(-1, SUMS).sum(0)
         square = float(np.dot(values, values))
-    return [float(v) for v in sums] + [kept, square, counted - kept]
+        axes = axis_shape(x.shape)
+        layout = [] if axes is None else [float(v) for v in _layout_sums(values, axes)]
+    return [float(v) for v in sums] + [kept, square, counted - kept] + layout
+
+
+def _layout_sums(values: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+    """``capture/twin/fingerprint.layout_sums`` in numpy."""
+    def signs(size: int) -> np.ndarray:
+        if size not in _AXES:
+            _AXES[size] = np.asarray(axis_signs(size), dtype=np.float64).reshape(size, AXIS_SUMS)
+        return _AXES[size]
+
+    found = values.reshape(-1, axes[-1]) @ signs(axes[-1])
+    for size in reversed(axes[:-1]):
+        found = (found.reshape(-1, size, AXIS_SUMS) * signs(size)).sum(1)
+    return found.reshape(AXIS_SUMS)

@@ -89,9 +89,11 @@ class TwinCalls:
 
 
 def run_twin(model: Any, variables: Any, args: tuple, kwargs: dict[str, Any], method: Any, root: CallNames,
-             valid: np.ndarray | None, perturb: bool = False) -> TwinCalls:
-    """One float64 run of ``model`` (``perturb``: its variables moved by one float64 rounding); ``root``: the
-    recorded forward's names, so the twin's calls are named as its calls."""
+             valid: np.ndarray | None, perturb: bool = False, rounded: bool = False) -> TwinCalls:
+    """One float64 run of ``model`` (``perturb``: its variables moved by one float64 rounding; ``rounded``: its
+    variables and float inputs rounded to bfloat16 first, as a port that stores the model in bfloat16 holds them,
+    the PyTorch twin's ``forward.ROUNDED`` run); ``root``: the recorded forward's names, so the twin's calls are
+    named as its calls."""
     import flax.linen as nn
     import jax
 
@@ -101,16 +103,17 @@ def run_twin(model: Any, variables: Any, args: tuple, kwargs: dict[str, Any], me
         stack.enter_context(jax.disable_jit())
         stack.enter_context(eager_remat())
         stack.enter_context(jax.default_matmul_precision("highest"))
-        wide_args = tree_map_arrays(args, _widen)
-        wide_kwargs = {k: v if k in ("rngs", "mutable") else tree_map_arrays(v, _widen) for k, v in kwargs.items()}
+        widen = _widen_rounded if rounded else _widen
+        wide_args = tree_map_arrays(args, widen)
+        wide_kwargs = {k: v if k in ("rngs", "mutable") else tree_map_arrays(v, widen) for k, v in kwargs.items()}
         recorder = CallRecorder(root, on_call=calls.run_call)
         if is_nnx(model):
-            wide = float64_copy(model, _widen, _perturbed if perturb else None)
+            wide = float64_copy(model, widen, _perturbed if perturb else None)
             stack.enter_context(intercepted(wide, recorder))
             calls.widen = stack.enter_context(widened())
             (getattr(wide, method) if isinstance(method, str) else wide)(*wide_args, **wide_kwargs)
             return calls
-        wide_vars = tree_map_arrays(variables, _widen, with_path=True)
+        wide_vars = tree_map_arrays(variables, widen, with_path=True)
         if perturb:
             wide_vars = tree_map_arrays(wide_vars, _perturbed, with_path=True)
         stack.enter_context(nn.intercept_methods(recorder))
@@ -127,6 +130,28 @@ def _widen(a: np.ndarray, name: str = "") -> Any:
     return jnp.asarray(a)
 
 
+def _widen_rounded(a: np.ndarray, name: str = "") -> Any:
+    """``_widen`` of the array rounded to bfloat16 first (a float array wider than that)."""
+    import ml_dtypes
+
+    if np.issubdtype(a.dtype, np.floating) and a.dtype.itemsize > 2:
+        a = np.asarray(a).astype(ml_dtypes.bfloat16)
+    return _widen(a, name)
+
+
+def stores_wider(variables: Any) -> bool:
+    """True when the model (its variables: a linen model's, or an nnx model) holds a float array wider than
+    bfloat16: a port may store it rounded to bfloat16, and the twin runs once more as such a port holds it."""
+    import jax
+
+    if is_nnx(variables):
+        from flax import nnx
+
+        variables = nnx.state(variables)
+    return any(np.issubdtype(np.dtype(leaf.dtype), np.floating) and np.dtype(leaf.dtype).itemsize > 2
+               for leaf in jax.tree_util.tree_leaves(variables) if hasattr(leaf, "dtype"))
+
+
 def _perturbed(a: Any, name: str) -> Any:
     import jax.numpy as jnp
 
@@ -140,8 +165,10 @@ def _perturbed(a: Any, name: str) -> Any:
 
 
 def twin_section(twin: TwinCalls | None, perturbed: TwinCalls | None, run: dict[str, dict[str, list[float]]],
-                 written: list[str], padding: str | None, problem: str | None) -> dict[str, Any]:
-    """The ``twin`` section for the calls of the tree as written (``written``, after pruning), pruned ones after."""
+                 written: list[str], padding: str | None, problem: str | None,
+                 rounded: TwinCalls | None = None) -> dict[str, Any]:
+    """The ``twin`` section for the calls of the tree as written (``written``, after pruning), pruned ones after;
+    ``rounded``: the run with the model rounded to bfloat16 (``p_bf16``)."""
     section: dict[str, Any] = {"version": TWIN_VERSION, "sums": SUMS, "padding": padding, "constants": [],
                                "calls": {}}
     if twin is None or problem is not None:
@@ -149,6 +176,9 @@ def twin_section(twin: TwinCalls | None, perturbed: TwinCalls | None, run: dict[
         return section
     perturbed_prints = {"float64": {key: {place: numbers for place, (_, numbers) in places.items()}
                                     for key, places in perturbed.prints.items()}} if perturbed is not None else {}
+    if rounded is not None:
+        perturbed_prints["bfloat16"] = {key: {place: numbers for place, (_, numbers) in places.items()}
+                                        for key, places in rounded.prints.items()}
     fill_calls(section, written, twin.prints, perturbed_prints, run, twin.low, twin.events)
     return section
 

@@ -15,16 +15,23 @@ sequence dimension), NaNs, and sentinels (``|x| >= 1e30``, infinities included: 
 float64 tensor on ``x``'s device: the 16 sums, how many elements were kept, their sum of squares, and how many
 valid elements were left out (NaNs and sentinels). Torch function modes (the twin's ``Widen``) do not see it, and
 it reads nothing back to the host: its numbers join the forward's one transfer.
+
+A tensor with three or more axes longer than one also gets ``AXIS_SUMS`` layout sums after those numbers
+(``signs.axis_signs``): each element signed by the product of its axes' signs, so the same values held with their
+axes in another order (channels last, heads before the sequence) have the same layout sums, and two layouts of
+one tensor compare.
 """
 
 from __future__ import annotations
 
 import torch
 
-from .signs import CHUNK, SEED_S, SENTINEL, SUMS, chunk_signs, sign_sequence, valid_shape
+from .signs import (AXIS_SUMS, CHUNK, SEED_S, SENTINEL, SUMS, axis_shape, axis_signs, chunk_signs, sign_sequence,
+                    valid_shape)
 
 _S: dict[torch.device, torch.Tensor] = {}
 _W: dict[torch.device, torch.Tensor] = {}
+_AXES: dict[tuple[int, torch.device], torch.Tensor] = {}
 
 
 def _signs(device: torch.device, chunks: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -45,13 +52,14 @@ def valid_elements(x: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor 
     return (valid if valid.device == x.device else valid.to(x.device)).reshape(shape)
 
 
-def fingerprint(x: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
+def fingerprint(x: torch.Tensor, valid: torch.Tensor | None = None, layout: bool = True) -> torch.Tensor:
     """The fingerprint's ``WIDTH`` numbers of a floating tensor ``x`` (see the module docstring), on its device.
 
     Four passes over ``x`` and no read of its values on the host (no synchronisation on a GPU): what is kept
     (above ``-1e30``: a NaN, ``-inf`` and a mask's ``finfo.min`` are not), the kept values, the chunks summed with
-    their signs in one matrix-vector product, the sum of squares. A ``+inf`` or a huge positive value makes the
-    sums non-finite, which the sidecar records as an element left out."""
+    their signs in one matrix-vector product, the sum of squares; then the layout sums (``layout``: not for a
+    fingerprint only ever compared with another of the same tensor's layout, a perturbed run's). A ``+inf`` or a
+    huge positive value makes the sums non-finite, which the sidecar records as an element left out."""
     with torch._C.DisableTorchFunction():
         x = x.detach()
         if x.is_complex():
@@ -76,4 +84,24 @@ def fingerprint(x: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Ten
             folded[:rest] += w[full] * values[full * CHUNK:]
         sums = (folded * s).view(-1, SUMS).sum(0)
         extra = torch.stack([kept, torch.dot(values, values), counted - kept])
-        return torch.cat([sums, extra])
+        axes = axis_shape(tuple(x.shape)) if layout else None
+        if axes is None:
+            return torch.cat([sums, extra])
+        return torch.cat([sums, extra, layout_sums(values, axes)])
+
+
+def _axis(size: int, device: torch.device) -> torch.Tensor:
+    found = _AXES.get((size, device))
+    if found is None:
+        found = _AXES[size, device] = torch.tensor(axis_signs(size), dtype=torch.float64,
+                                                   device=device).view(size, AXIS_SUMS)
+    return found
+
+
+def layout_sums(values: torch.Tensor, axes: tuple[int, ...]) -> torch.Tensor:
+    """The ``AXIS_SUMS`` layout sums of ``values`` (float64, flat) held in ``axes`` (``signs.axis_shape``): the last
+    axis contracted with its signs in one matrix product, then each earlier one, last to first."""
+    found = values.view(-1, axes[-1]) @ _axis(axes[-1], values.device)
+    for size in reversed(axes[:-1]):
+        found = (found.view(-1, size, AXIS_SUMS) * _axis(size, values.device)).sum(1)
+    return found.view(AXIS_SUMS)

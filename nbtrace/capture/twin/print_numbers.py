@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ...core.twin import TwinPrint
-from .signs import KEPT, LEFT_OUT, SUMS, SUMSQ
+from .signs import AXIS_SUMS, KEPT, LEFT_OUT, SUMS, SUMSQ, WIDTH
 
 
 def sensitivity(values: Sequence[float], perturbed: Sequence[float] | None) -> float | None:
@@ -52,8 +52,19 @@ def twin_entry(shape: Sequence[int], values: Sequence[float], s64: float | None,
     rounded = None
     if bf16 is not None and int(bf16[KEPT]) == kept and all(math.isfinite(v) for v in bf16[:SUMS]):
         rounded = tuple(float(v) for v in bf16[:SUMS])
+    layout = _layout(values) if finite else None
+    layout_rounded = _layout(bf16) if rounded is not None else None
     return TwinPrint(tuple(shape), sums, kept, rms, left_out, s64, sconst, low, acc, run_out, run_rms,
-                     rounded).to_dict()
+                     rounded, layout, layout_rounded).to_dict()
+
+
+def _layout(values: Sequence[float]) -> tuple[float, ...] | None:
+    """The layout sums that follow a fingerprint's ``WIDTH`` numbers (``signs.axis_signs``), or None: none taken, or
+    not finite."""
+    found = values[WIDTH:WIDTH + AXIS_SUMS]
+    if len(found) != AXIS_SUMS or not all(math.isfinite(v) for v in found):
+        return None
+    return tuple(float(v) for v in found)
 
 
 #: call name -> place -> a fingerprint's numbers (what each capture has on the host once its forward is done)

@@ -139,7 +139,7 @@ class TwinRecorder:
                     continue
                 entry = start.seen.get(id(tensor))
                 if entry is None or entry[0]() is not tensor:
-                    entry = (weakref.ref(tensor), batch.add(fingerprint(tensor, start.valid)))
+                    entry = (weakref.ref(tensor), batch.add(fingerprint(tensor, start.valid, layout=False)))
                     start.seen[id(tensor)] = entry
                 found[place] = entry[1]
             if found:

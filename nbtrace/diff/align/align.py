@@ -45,6 +45,7 @@ from .idle import computes_nothing
 from .leaves import leaf_pairs
 from .sequence import align_run
 from .siblings import repair_siblings
+from .wrappers import innermost_pairs
 
 _REORDERED = 0.5  # below this share of a's calls paired in order, the root's parts are aligned in any order too
 
@@ -109,7 +110,7 @@ def align(a: Trace, b: Trace, rename: Mapping[str, str] | None = None,
     else:
         flows = flows or (Flow(a), Flow(b))
         caches = (flows[0].cache, flows[1].cache)
-        idle = [[n for n in nodes if computes_nothing(n, cache.fingerprint)]  # out of the sequences to align
+        idle = [[n for n in nodes if computes_nothing(n, cache.fingerprint, cache.flat_fingerprint)]  # out of the sequences to align
                 for nodes, cache in ((nodes_a, caches[0]), (nodes_b, caches[1]))]
         left_out = {id(n) for n in idle[0] + idle[1]}
         pairs, ambiguous = _by_sequence([n for n in nodes_a if id(n) not in left_out],
@@ -121,7 +122,7 @@ def align(a: Trace, b: Trace, rename: Mapping[str, str] | None = None,
     only_a = [n for n in nodes_a if id(n) not in matched_a]
     only_b = [n for n in nodes_b if id(n) not in matched_b]
     if rename is not None:
-        idle = [[n for n in only if computes_nothing(n, cache.fingerprint)]
+        idle = [[n for n in only if computes_nothing(n, cache.fingerprint, cache.flat_fingerprint)]
                 for only, cache in ((only_a, caches[0]), (only_b, caches[1]))]
     left_out = {id(n) for n in idle[0] + idle[1]}
     in_gaps_a = [n for n in _in_gaps(pairs, nodes_a, b) if id(n) not in left_out]
@@ -220,6 +221,8 @@ def _by_sequence(nodes_a: list[Node], nodes_b: list[Node], flows: tuple[Flow, Fl
         if _leaves_paired(by_leaves) > _leaves_paired(pairs):  # containers paired by their leaves: not ambiguous
             pairs, fa, fb = by_leaves, [f for f in fa if f.leaf], [f for f in fb if f.leaf]
     pairs, ambiguous = settle_ambiguous(pairs, fa, fb, flows)
+    pairs = [pairs[0], *innermost_pairs(pairs[1:], (flows[0].cache.fingerprint, flows[1].cache.fingerprint),
+                                        (flows[0].trace.twin, flows[1].trace.twin))]
     order = {id(n): i for i, n in enumerate(nodes_a)}
     pairs.sort(key=lambda pair: order[id(pair[0])])
     return pairs, ambiguous

@@ -25,6 +25,7 @@ differences.
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 from collections import OrderedDict
 from collections.abc import Hashable
@@ -128,6 +129,16 @@ class TensorCache:
         self._keys[key] = found
         return found
 
+    def flat_fingerprint(self, tensor: TensorValue) -> Hashable | None:
+        """A fingerprint without the shape: equal for a tensor and a view of it in another shape (``nn.Flatten`` of
+        ``[B, C, 1, 1]``), from the data of the tensor's file, else its stats (printed lines hold the shape)."""
+        if tensor.ref is not None:
+            found = self.fingerprint(tensor)
+            return None if found is None else (math.prod(tensor.shape), *found[1:])
+        if tensor.stats:
+            return math.prod(tensor.shape), tensor.dtype, tuple(sorted(tensor.stats.items()))
+        return None
+
     def _file_fingerprint(self, tensor: TensorValue, head: tuple) -> Hashable:
         """The hash of a tensor's file, read unless it is a hard link to a file hashed before (nbtrace links a
         repeated tensor); what is read stays in ``raw``'s store."""
@@ -140,11 +151,20 @@ class TensorCache:
         finally:
             os.close(fd)
         self._keep(id(tensor), data)
-        found = (*head, hashlib.blake2b(data, digest_size=16).digest())
+        found = (*head, hashlib.blake2b(_data_part(data), digest_size=16).digest())
         if identity is not None:
             self._files[identity] = found
             self._linked[identity] = id(tensor)
         return found
+
+
+def _data_part(data: bytes) -> memoryview:
+    """A safetensors file's bytes after its header (which holds the shape: ``fingerprint``'s ``head`` holds it)."""
+    view = memoryview(data)
+    if len(data) < 8:
+        return view
+    start = 8 + int.from_bytes(data[:8], "little")
+    return view[start:] if start <= len(data) else view
 
 
 def _open(tensor: TensorValue) -> tuple[int, os.stat_result]:

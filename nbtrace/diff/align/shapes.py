@@ -1,9 +1,12 @@
-"""Shapes of one tensor in two layouts: heads split or merged (``[B, T, N, H]`` against ``[B, T, N*H]``)."""
+"""Shapes of one tensor in two layouts: heads split or merged (``[B, T, N, H]`` against ``[B, T, N*H]``), or its axes
+in another order (``[B, C, H, W]`` against ``[B, H, W, C]``)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+
+from ...capture.twin.signs import permutes
 
 
 def same_flat_order(shape_a: tuple[int, ...], shape_b: tuple[int, ...]) -> bool:
@@ -26,3 +29,10 @@ def same_views(shapes_a: Sequence[tuple[int, ...]], shapes_b: Sequence[tuple[int
     """Two lists of shapes, pairwise equal or views of each other (``same_flat_order``)."""
     return len(shapes_a) == len(shapes_b) and all(
         a == b or same_flat_order(a, b) for a, b in zip(shapes_a, shapes_b))
+
+
+def same_axes(shape_a: tuple[int, ...], shape_b: tuple[int, ...], *prints: object) -> bool:
+    """True when the two shapes hold the same axes in another order (channels last against channels first, heads
+    before or after the sequence: sizes one aside, three or more axes) and every one of ``prints`` (the two twins'
+    fingerprints, when given) holds the layout sums that compare such tensors."""
+    return permutes(tuple(shape_a), tuple(shape_b)) and all(getattr(p, "layout", None) is not None for p in prints)

@@ -22,7 +22,8 @@ from ..measure.rounding import SUSPECT, brief, confidence
 from .divergence import FirstDivergence, b_only_between
 from .evidence import CallDifference, Evidence
 from .twin_calls import Counterparts, HiddenCall
-from .twin_verdict import CONSTANT_ROUNDINGS, TwinVerdict
+from .twin_pairs import CONSTANT_ROUNDINGS
+from .twin_verdict import TwinVerdict
 from .weights import serious_inside
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -80,7 +81,7 @@ def apply_twin(comparison: Comparison, verdict: TwinVerdict) -> None:
 def _relative(pair) -> float:
     """A compared tensor's twin difference relative to its size; 0 within the twins' own precision (float64
     noise is no difference of function)."""
-    return pair.a.distance(pair.b) / pair.a.rms if pair.score >= 1.0 else 0.0
+    return pair.difference / pair.a.rms if pair.score >= 1.0 and pair.a.rms else 0.0
 
 
 def _divergence(comparison: Comparison, verdict: TwinVerdict) -> FirstDivergence:
