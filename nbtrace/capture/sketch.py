@@ -1,16 +1,17 @@
-"""A sketch of every call's float tensors as the run itself computed them: the sidecar's ``sketch`` section.
+"""A sketch of every leaf's float tensors as the run itself computed them: the sidecar's ``sketch`` section.
 
 A trace recorded without its float64 twin (``measure_rounding=False``, transformers' drop-in) holds, for printed
 values, only their corners; two such folders cannot tell how far a call's inputs and outputs differ. The sketch
-keeps, for each float input and output of every call (calls pruning leaves out of the files too), the twin's
-fingerprint (``twin/fingerprint.py``: 16 random-sign sums, the count of kept elements, their sum of squares, the
-count left out) of the run's own tensor, padding rows left out. Two folders' sketches then give at every call an
-estimate of ``‖x_b − x_a‖`` (the 16 sums' difference: its expected sum of squares is ``‖Δ‖²``), the exact norms of
-both sides, and whether the two tensors are the same bit for bit (``diff/verdict/sketch_verdict.py``).
+keeps, for each float input and output of every leaf call (calls pruning leaves out of the files too), the twin
+fingerprint's 16 random-sign sums (``twin/fingerprint.py``, the same signs and chunks) of the run's own tensor in
+float64, padding rows left out, with the count kept and their sum of squares. Two folders' sketches then give at
+every call an estimate of ``‖x_b − x_a‖`` (the sums' difference: its expected sum of squares is ``‖Δ‖²``), the exact
+norms of both sides, and whether the two tensors are the same bit for bit (``diff/verdict/sketch_verdict.py``).
 
-Each distinct tensor is sketched once per forward (a call's input is mostly an earlier call's output); an in-place
-change makes it new again. The numbers join the forward's one transfer (``HostBatch``), nothing is read back during
-the forward. A tensor that cannot be sketched is left out, never an exception.
+Each distinct tensor is sketched once per forward (a leaf's input is mostly an earlier leaf's output); an in-place
+change makes it new again. Four passes over a tensor, its numbers joining the forward's one transfer
+(``HostBatch``): nothing is read back during the forward. A tensor that holds a NaN, an infinity or a sentinel (a
+mask's fill), or that cannot be sketched, is left out, never an exception.
 """
 
 from __future__ import annotations
