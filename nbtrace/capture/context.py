@@ -5,12 +5,14 @@ Every submodule's ``forward`` is wrapped (as transformers does, so direct
 restored afterwards, whatever happens: ``forward`` goes back into a module's
 ``__dict__`` only if it was there before. Under ``torch.distributed`` only rank 0
 records (``ranks=`` chooses others, see ``ranks.py``); other ranks only get the top-level
-forward run under ``no_grad``.
+forward run under ``no_grad``, followed by their part of the float64 twin, which the ranks
+run together (``twin/ranks.py``).
 """
 
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,7 +27,10 @@ from .recorder import Recorder
 from .rounding import RoundingMeter, check_mode
 from .twin.padding import check_declared
 from .speculate import Site, named_modules
+from .transfer import HostBatch
 from .twin.budget import twin_unfit
+from .twin.ranks import RankTwin, decide_together, meet, several_ranks
+from .twin.record import TwinRecorder
 from .twin.copies import MISSING, mark_wrapper
 from .debug_folder import prepare_debug_dir
 
@@ -117,6 +122,23 @@ def _wrap_top_no_grad(forward: Callable) -> Callable:
     return untraced_top_forward
 
 
+def _wrap_top_twin(twin: TwinRecorder) -> Callable[[Callable], Callable]:
+    """A rank that does not record, where the ranks run their twins together: its forward, then its twin."""
+    def make(forward: Callable) -> Callable:
+        @functools.wraps(forward)
+        def untraced_top_forward(*args: Any, **kwargs: Any) -> Any:
+            __tracebackhide__ = True
+            with torch.no_grad():
+                start = twin.start(args, kwargs)
+                out = forward(*args, **kwargs)
+                twin.done(start, out, HostBatch())  # its numbers are the recording ranks' to keep
+                return out
+
+        return untraced_top_forward
+
+    return make
+
+
 @contextmanager
 def trace(
     model: nn.Module,
@@ -166,11 +188,23 @@ def trace(
     folder = prepare_debug_dir(plan.debug_path(debug_path)) if records else None
     recorder = Recorder(model, folder, do_prune_layers, use_repr, plan if plan.describes else None)
     skipped = None
-    if mode == "auto":
-        mode, skipped = "twin", twin_unfit(model) if records else None
+    together = mode is not None and several_ranks()  # every rank runs its twin, or none does (twin/ranks.py)
+    apart = meet() if together else None
+    if apart is not None:  # nothing that runs the model again: its collectives would wait for the other ranks
+        together, mode, skipped = False, "twin", apart
+    elif together and mode in ("all", "leaves"):
+        warnings.warn(f"nbtrace: measure_rounding={measure_rounding!r} re-runs each call on the recording ranks alone, "
+                      "where a tensor-parallel module's collectives would wait for the others: under several ranks "
+                      "only the float64 twin is recorded", stacklevel=3)
+        mode = "twin"
+    elif mode == "auto":
+        mode, skipped = "twin", twin_unfit(model) if records or together else None
+        if together:
+            skipped = decide_together(skipped)
     meter = recorder.rounding = RoundingMeter(recorder, mode, padding_mask) if mode is not None and records else None
     if meter is not None:
         meter.twin.skipped = skipped
+        meter.twin.ranks = RankTwin() if together else None
     patch = _Patch()
     if backward and records:
         recorder.backward = BackwardCapture(recorder)
@@ -184,6 +218,10 @@ def trace(
                     make = _wrap_measured(meter, site, module) if meter is not None else _wrap_module(recorder, site)
                     patch.wrap(module, make)
             patch.wrap(model, _wrap_top(recorder))
+        elif together:
+            follower = TwinRecorder(model, recorder.class_name, keep_inputs=False, padding_mask=padding_mask)
+            follower.skipped, follower.ranks = skipped, RankTwin()
+            patch.wrap(model, _wrap_top_twin(follower))
         else:
             patch.wrap(model, _wrap_top_no_grad)
         yield recorder

@@ -209,6 +209,8 @@ class RoundingMeter:
                     module, run.root, keep_inputs=self.recorder.use_repr,
                     padding_mask=False if self.twin.padding_mask is False else None)
             twin.skipped = self.twin.skipped  # too large for a float64 copy: its modules too
+            if self.twin.ranks is not None:  # the other ranks never run this one's twin: it would wait for them
+                twin.skipped = "a module called outside the model's forward under several ranks"
             measures.twin = twin
         with self.paused():
             measures.twin_start = measures.twin.start(args, kwargs)

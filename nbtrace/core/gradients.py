@@ -12,7 +12,9 @@ gradient of that pass (a tied weight's summed over its uses)::
                  "seed": {"shape": [..], "dtype": ".."} | null}]}
 
 ``forward`` ties the file to the forward it belongs to: a file left by another run (its digest differs) is not
-read. ``twin`` (optional, per pass) holds the float64 twin's backward fingerprints (``capture/backward/twin.py``).
+read. ``twin`` (optional) holds the fingerprints of the forward's float64 twin run backward from a fixed cotangent
+(``capture/backward/twin.py``): ``{"seed": n, "order": [call names as they began], "calls": {"<call name>":
+{"outputs.<i>" | "inputs.<i>" | "param.<name>": <fingerprint as in core/twin.py>}}}``, or ``{"skipped": why}``.
 """
 
 from __future__ import annotations
@@ -71,8 +73,6 @@ class GradPass:
 
     trace: Trace
     parameters: dict[str, TensorValue] = field(default_factory=dict)
-    #: the float64 twin's backward of this pass, when recorded: call name -> place -> TwinPrint
-    twin: dict[str, dict[str, Any]] = field(default_factory=dict)
     index: int = 0
 
     def grad_outputs(self, node: Node) -> Any:
@@ -102,6 +102,11 @@ class Backward:
 
     passes: list[GradPass]
     source: Path | None = None
+    #: the float64 twin's backward (call name -> place -> ``TwinPrint``), where it ran; ``twin_order``: call names
+    #: in the order they began; ``twin_skipped``: why it did not run
+    twin: dict[str, dict[str, Any]] | None = None
+    twin_order: list[str] = field(default_factory=list)
+    twin_skipped: str | None = None
 
     @property
     def last(self) -> GradPass:
@@ -152,13 +157,17 @@ def parse_backward(document: Any, where: Path, base_dir: Path) -> Backward:
             value = builder.value(record, 0)
             if isinstance(value, TensorValue):
                 parameters[name] = value
-        twin = {}
-        if isinstance(raw.get("twin"), dict):
+        passes.append(GradPass(trace, parameters, i))
+    backward = Backward(passes, where)
+    twin = document.get("twin")
+    if isinstance(twin, dict):
+        if "calls" in twin:
             from .twin import parse_twin
 
-            twin = parse_twin({"version": 1, "sums": 16, "calls": raw["twin"]}).calls
-        passes.append(GradPass(trace, parameters, twin, i))
-    return Backward(passes, where)
+            backward.twin = parse_twin({"version": 1, "sums": 16, "calls": twin["calls"]}).calls
+            backward.twin_order = [str(name) for name in twin.get("order") or ()]
+        backward.twin_skipped = twin.get("skipped")
+    return backward
 
 
 def read_backward(trace_file: Path) -> Backward | None:

@@ -23,6 +23,7 @@ from ..core.load import load_trace
 from ..core.node import Node
 from ..core.trace import Trace
 from .align.align import Alignment, align
+from .backward.side import BackwardSide
 from .verdict.divergence import FirstDivergence, first_divergence
 from .verdict.evidence import CallDifference
 from .align.flow import Flow, TensorCache
@@ -79,7 +80,7 @@ def _same_product(match: Match) -> bool:
     return match.verdict() is True or bool(outputs) and all(d.cosine is not None and d.cosine > 0.5 for d in outputs)
 
 
-class Comparison:
+class Comparison(BackwardSide):
     """The comparison of trace ``b`` against the reference ``a``; see ``nbtrace.compare``."""
 
     def __init__(

@@ -24,6 +24,7 @@ from torch import nn
 from ..call_facts import any_autocast, autocast_state
 from .calls import CallGrads, alias_inputs, detached, hook_all, output_slots
 from .files import PassWriter, move_backward_files
+from .twin import random_state, twin_backward
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..recorder import Recorder, _ForwardRun
@@ -49,6 +50,10 @@ class BackwardCapture:
         self._passes: dict[int, list[dict[str, Any]]] = {}  # forward index -> the passes written for it
         self._closed = False
         self._parameters = self._hook_parameters(recorder.model)
+        meter = recorder.rounding
+        #: whether each forward's float64 twin runs its backward too (where the forward's twin runs: ``twin.py``)
+        self.twin = meter is not None and getattr(getattr(meter, "twin", None), "skipped", None) is None
+        self._twins: dict[int, dict[str, Any]] = {}  # forward index -> the twin's backward section
 
     # -- the forward -----------------------------------------------------------
     def call_module(self, run: _ForwardRun, site: Site, forward: Any, args: tuple, kwargs: dict[str, Any]) -> Any:
@@ -92,10 +97,13 @@ class BackwardCapture:
 
         def watched(*_: Any, **__: Any) -> Any:
             __tracebackhide__ = True
+            state = random_state() if self.twin and root == self.recorder.class_name else None
             out = forward(*args, **kwargs)
             run = self.recorder._run
             if run is not None and run.frames:
                 self.watch(run.frames[0].node, root, views, template, out)  # the top-level call, open
+            if state is not None:
+                self._run_twin(args, kwargs, state)
             return out
 
         return watched, self.recordable, self.recordable({"args": args, "kwargs": kwargs})
@@ -103,6 +111,14 @@ class BackwardCapture:
     def recordable(self, value: Any) -> Any:
         """``value`` as a ``no_grad`` forward would have made it (tensors with a ``grad_fn`` detached)."""
         return detached(value, self._detached)
+
+    def _run_twin(self, args: tuple, kwargs: dict[str, Any], state: Any) -> None:
+        """The float64 twin's forward and backward of the forward that just ran (``twin.py``)."""
+        try:
+            self._twins[len(self.recorder)] = twin_backward(self.recorder.model, self.recorder.class_name, args,
+                                                            kwargs, state)
+        except Exception as exc:  # noqa: BLE001 - measuring must never cost the user their forward
+            self._twins[len(self.recorder)] = {"skipped": f"the twin's backward failed: {type(exc).__name__}: {exc}"}
 
     def watch(self, node: dict[str, Any], base: str, views: list[torch.Tensor], template: Any, out: Any) -> None:
         """Hook the call's input views and outputs; its gradients are caught under ``base``."""
@@ -164,7 +180,7 @@ class BackwardCapture:
             return self._pass
         if not in_backward():
             return None
-        self._pass = PassWriter(self.recorder, self._passes, self._skeletons, self.use_repr)
+        self._pass = PassWriter(self.recorder, self._passes, self._skeletons, self.use_repr, self._twins)
         torch.autograd.Variable._execution_engine.queue_callback(self._end_pass)
         return self._pass
 

@@ -45,7 +45,7 @@ class PassWriter:
     """The records of one backward pass, per forward it reached, until the pass ends."""
 
     def __init__(self, recorder: Recorder, passes: dict[int, list[dict[str, Any]]],
-                 skeletons: dict[int, Any], use_repr: bool) -> None:
+                 skeletons: dict[int, Any], use_repr: bool, twins: dict[int, dict[str, Any]]) -> None:
         self.recorder = recorder
         self.passes = passes
         self.skeletons = skeletons
@@ -54,9 +54,7 @@ class PassWriter:
         self._stores: dict[int, TensorStore] = {}
         self._touched: dict[int, list[CallGrads]] = {}
         self._parameters: list[tuple[str, torch.Tensor]] = []
-        #: the twin's backward of each forward reached, when it runs (``twin.py``): forward index -> callable
-        self.twin_sections: dict[int, dict[str, Any]] = {}
-        self.seeds: dict[int, torch.Tensor] = {}
+        self.twins = twins  # forward index -> its float64 twin's backward (``twin.py``), where it ran
 
     def _serializer(self, forward: int) -> Serializer | None:
         serializer = self._serializers.get(forward)
@@ -116,8 +114,6 @@ class PassWriter:
             skeleton = self.skeletons.get(forward)
             tree = _tree(skeleton) if skeleton is not None else {"module_path": self.recorder.class_name}
             one: dict[str, Any] = {"tree": tree, "parameters": parameters if forward == target else {}}
-            if forward in self.twin_sections:
-                one["twin"] = self.twin_sections[forward]
             self.passes.setdefault(forward, []).append(one)
             self._write(forward)
         for calls in self._touched.values():
@@ -135,6 +131,8 @@ class PassWriter:
             "tensors": None if self.use_repr else tensors_folder(self.recorder.class_name),
             "passes": self.passes[forward],
         }
+        if forward in self.twins:
+            document["twin"] = self.twins[forward]
         text = json.dumps(document, indent=1)
         write_atomic(backward_path(recorded.source), text.encode("utf-8"))
 

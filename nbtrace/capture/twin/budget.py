@@ -3,9 +3,9 @@
 The twin holds a float64 copy of every float parameter, buffer and tensor attribute (8 bytes an element) and the
 float64 activations of one forward at a time. It is recorded by default when that copy takes at most half the
 memory free on each of the model's devices (the host's available memory for the CPU, ``cuda.mem_get_info`` for a
-GPU); otherwise, for parameters that are not plain tensors (DTensor shards, the meta device), and under
-``torch.distributed`` with several ranks (a float64 run on one rank would wait forever in a collective the others
-never join), it is not, and the trace says why.
+GPU); otherwise, and for parameters on the meta device that no offloading hook holds, it is not, and the trace says
+why. Under ``torch.distributed`` with several ranks each rank asks this of its own copy (a DTensor parameter counted
+whole: an upper bound) and the ranks decide together (``ranks.decide_together``).
 """
 
 from __future__ import annotations
@@ -51,10 +51,6 @@ def free_memory(device: torch.device) -> int | None:
 
 def twin_unfit(model: nn.Module) -> str | None:
     """Why ``model``'s twin is not recorded by default (None: it fits)."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        return "under torch.distributed its float64 run would call collectives the other ranks never join"
     offloaded = offloaded_values(model)
     for tensor in chain(model.parameters(), model.buffers()):
         if type(tensor) not in (torch.Tensor, nn.Parameter) and not isinstance(tensor, nn.Parameter):

@@ -43,6 +43,7 @@ from .state import CarriedState
 from .fingerprint import fingerprint
 from .numerics import float64_twin
 from .padding import padding_candidates
+from .ranks import RankTwin
 
 PERTURBATIONS = ("float64", "constants")
 #: the narrower dtypes a port commonly stores a model in: the twin runs once more with the model rounded into each
@@ -129,17 +130,18 @@ _INT_VIEW = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 def twin_runs(model: nn.Module, inputs: dict[str | None, tuple[tuple, dict[str, Any]]], class_name: str,
               valid: torch.Tensor | None = None, observe: Callable[[str, Any], None] | None = None,
-              run: Callable[..., Any] | None = None,
-              carried: CarriedState | None = None) -> dict[str | None, tuple[TwinRun, Any]]:
+              run: Callable[..., Any] | None = None, carried: CarriedState | None = None,
+              ranks: RankTwin | None = None) -> dict[str | None, tuple[TwinRun, Any]]:
     """Run ``model``'s float64 twin once per entry of ``inputs`` (kind -> its inputs already in float64,
     ``values.upcast``): ``None`` the twin, then ``"float64"`` and ``"constants"`` (``PERTURBATIONS``) on the same
     copy, perturbed in place one after the other (the constants' run keeps the float64 perturbation: it is the
     larger of the two by far). Returns kind -> ``(TwinRun, its output)``. ``observe(call name, output)`` sees each
     call's float64 output in the twin; ``run(model, *args, **kwargs)`` calls the copy when given; ``carried`` starts
-    each run from the state the model's attributes held when the forward began, in float64 (``state.py``)."""
+    each run from the state the model's attributes held when the forward began, in float64 (``state.py``); ``ranks``:
+    this rank's part where several ranks run their twins together (``ranks.py``), every run finished on all of them."""
     seen_through = unrounded_buffers(model)  # once per forward, for the copy and the constants' perturbation
     wide = copy_in(model, torch.float64, seen_through)
-    state = _State(valid)
+    state = _State(valid, ranks)
     counts: dict[str, int] = {}
     for name, module in wide.named_modules():
         if not name or hasattr(type(getattr(type(module), "forward", None)), "__set__"):
@@ -164,6 +166,8 @@ def twin_runs(model: nn.Module, inputs: dict[str | None, tuple[tuple, dict[str, 
             if state.observe is not None:
                 with torch._C.DisableTorchFunction():
                     state.observe(class_name, out)
+        if ranks is not None:
+            ranks.finish(state.result, kind)
         results[kind] = state.result, out
         if carried is not None:
             carried.keep(model, wide, kind)
@@ -173,8 +177,9 @@ def twin_runs(model: nn.Module, inputs: dict[str | None, tuple[tuple, dict[str, 
 class _State:
     """What the collectors of one copy share: the run being recorded, the tensors fingerprinted in it."""
 
-    def __init__(self, valid: torch.Tensor | None) -> None:
+    def __init__(self, valid: torch.Tensor | None, ranks: RankTwin | None = None) -> None:
         self.valid = valid
+        self.fingerprint = ranks.fingerprint if ranks is not None else fingerprint
         self.result = TwinRun()
         self.seen: dict[int, tuple[Any, Any, int | None]] = {}
         self.observe: Callable[[str, Any], None] | None = None
@@ -235,7 +240,7 @@ def _walk(value: Any, place: str, found: dict[str, Any], state: _State, depth: i
             entry = state.seen.get(id(value))
             version = _version(value)  # an in-place operation (ReLU(inplace=True)) changes a tensor it handed on
             if entry is None or entry[0]() is not value or entry[2] != version or version is None:
-                entry = (weakref.ref(value), fingerprint(value, state.valid, state.layout), version)
+                entry = (weakref.ref(value), state.fingerprint(value, state.valid, state.layout), version)
                 state.seen[id(value)] = entry
             found[place] = (tuple(value.shape), entry[1])
     elif isinstance(value, (list, tuple)):
@@ -334,13 +339,15 @@ def _noise(numel: int, start: int, device: torch.device) -> torch.Tensor:
 
 
 def _stored(module: nn.Module) -> list[tuple[str, torch.Tensor]]:
-    """Every float tensor ``module`` holds: parameters, buffers and tensor attributes, each once, by name."""
+    """Every float tensor ``module`` holds: parameters, buffers and tensor attributes, each once, by name (a DTensor
+    as its local piece, which the perturbed and rounded runs change in place)."""
     found, seen = [], set()
     for prefix, sub in module.named_modules():
         for key, tensor in _held(sub):
             if tensor.is_floating_point() and id(tensor) not in seen:
                 seen.add(id(tensor))
-                found.append((f"{prefix}.{key}" if prefix else key, tensor))
+                local = tensor.to_local() if hasattr(tensor, "to_local") else tensor  # a DTensor: this rank's piece
+                found.append((f"{prefix}.{key}" if prefix else key, local))
     return found
 
 

@@ -29,6 +29,7 @@ from ..transfer import to_host_many
 from .fingerprint import fingerprint
 from .forward import ROUNDED, Padding, constants_digest, digest_text, find_valid, rounded_inputs, twin_runs
 from .print_numbers import fill_calls, padding_text
+from .ranks import RankTwin, decide_together
 from .state import CarriedState
 from .values import remember, upcast
 
@@ -86,6 +87,8 @@ class TwinRecorder:
         self._digests: list[str] | None = None
         #: why no twin is recorded in this block (``measure_rounding="auto"`` and a model too large), or None
         self.skipped: str | None = None
+        #: this rank's part where several ranks run their twins together (``ranks.py``), else None
+        self.ranks: RankTwin | None = None
 
     def kinds(self) -> list[str | None]:
         """The runs of a forward: the twin, the float64 perturbation, the constants' one when there are any, and the
@@ -154,12 +157,15 @@ class TwinRecorder:
         found = start.padding
         numbers.padding_from = (found.places, batch.add(found.chosen.reshape(1)) if found.chosen is not None else None)
         start.seen = {}
+        if self.ranks is not None:  # every rank runs its twin, or none does
+            start.problem = numbers.problem = decide_together(start.problem, "its inputs could not be copied")
         if self._constant_slots is None and self._constants is not None:
             self._constant_slots = [(head, batch.add(sums)) for head, sums in self._constants]
         if start.problem is not None:
             return numbers
         try:
-            runs = twin_runs(self.model, start.inputs, self.class_name, start.valid, observe, carried=self.carried)
+            runs = twin_runs(self.model, start.inputs, self.class_name, start.valid, observe, carried=self.carried,
+                             ranks=self.ranks)
             for kind, (_, wide_out) in runs.items():
                 remember(self.known[kind], out, wide_out)
         except Exception as exc:  # noqa: BLE001 - a model that cannot run in float64 keeps its trace
@@ -183,6 +189,8 @@ class TwinRecorder:
         """The sidecar's ``twin`` section for the tree as written (``root``, after pruning)."""
         section: dict[str, Any] = {"version": TWIN_VERSION, "sums": SUMS, "padding": None,
                                    "constants": self.digests(), "calls": {}}
+        if self.ranks is not None:
+            section["ranks"] = self.ranks.describe()
         if numbers is None or numbers.problem is not None:
             section["skipped"] = numbers.problem if numbers is not None else "the forward raised"
             return section

@@ -112,13 +112,20 @@ def ranked_rename(a: Trace, b: Trace) -> dict[str, str] | None:
     """The ``rename`` a comparison with a tensor-parallel side aligns by when none is given, else None.
 
     Local shards have other shapes than whole tensors, which would mislead the alignment by call order,
-    so such a comparison pairs calls by module path (b's root class name read as a's).
+    so such a comparison pairs calls by module path (b's root class name read as a's); so does one with one
+    rank's trace of a run of several (``ranks=0``, the default, under torchrun).
     """
-    if not (a.ranks or b.ranks):
+    if not (a.ranks or b.ranks or one_rank_of_several(a) or one_rank_of_several(b)):
         return None
     if a.model_name == b.model_name:
         return {}
     return {f"^{re.escape(b.model_name)}(?=\\.|$)": a.model_name}
+
+
+def one_rank_of_several(trace: Trace) -> bool:
+    """True for one rank's trace of a run of several ranks (its tensors may be local pieces), not joined."""
+    section = trace.sidecar.get("distributed") if not trace.ranks else None
+    return isinstance(section, dict) and isinstance(section.get("world_size"), int) and section["world_size"] > 1
 
 
 def _choose(arg: str, candidates: list[tuple[str, bool, bool]], used: set[int], io: str) -> int | None:

@@ -53,6 +53,10 @@ def comparison_notes(comparison: Comparison) -> list[str]:
         why = padding_mismatch(comparison.a.twin, comparison.b.twin)
         if why:  # never silently: which side left out what, and how to declare it
             notes.append(f"not decided by the float64 twins: {why}")
+    if comparison.method == "twin":
+        from ..ranks.twin_shards import ranks_note
+
+        notes.extend(n for n in (ranks_note(s, t) for s, t in (("a", comparison.a), ("b", comparison.b))) if n)
     notes.extend(verdict_notes(comparison))
     coverage = comparison.coverage
     if coverage < MIN_COVERAGE:

@@ -130,6 +130,8 @@ def _divergence(comparison: Comparison, verdict: TwinVerdict) -> FirstDivergence
         diffs=match.diffs if match else [],
         reason="", unobserved=unobserved, confidence=sure, evidence=evidence[:3],
         exact=pruned is None, pruned=pruned, b_only_between=b_only_between(comparison, events, good, bad),
+        rule=getattr(recorded, "rule", None),  # a side of rank folders: how the tensor was reassembled, whose piece
+        wrong_ranks=dict(getattr(recorded, "wrong_ranks", {})),
     )
     if isinstance(culprit, HiddenCall):  # named from the twins inside layers the files do not hold
         result.module_path, result.call_index = culprit.module_path, culprit.call_index

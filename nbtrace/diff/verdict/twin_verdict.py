@@ -32,6 +32,7 @@ from ...core.node import Node
 from ...core.ranks import call_key
 from ...core.twin import Twin
 from ..measure.metrics import TensorDiff
+from ..ranks.twin_shards import local_pieces, resolve
 from .evidence import Evidence
 from .twin_pairs import Allowance, TwinPair, pairs
 from .twin_calls import Counterparts, call_events
@@ -230,11 +231,13 @@ def _events(comparison: Comparison, twin_a: Twin, twin_b: Twin, allowance: Allow
         if b_key is None:
             continue
         mine = twin_a.calls.get(call_key(call.module_path, call.call_index), {})
+        mine, theirs = resolve(mine, theirs)  # a tensor-parallel twin's plain pieces, read by the other side's
         match = comparison.match_of(call) if isinstance(call, Node) else None
         exact = [d for d in match.diffs if d.io == io and d.ok is not None and d.rtol == 0
                  and d.basis != "shape"] if match is not None else []
         if match is not None and io == "output" and not call.children and events and events[-1].node is call \
-                and events[-1].decided:  # its inputs compared and agreed: an output of another size is born here
+                and events[-1].decided and not local_pieces(comparison):  # its inputs compared and agreed: an
+            # output of another size is born here (where the files hold whole tensors, not one rank's pieces)
             exact += [d for d in match.diffs if d.io == io and d.basis == "shape" and d.arg == _first_out(match)]
         event = TwinEvent(call, io, pairs(mine, theirs, io, allowance, ignore, given), exact)
         if io == "output" and not call.children:

@@ -1,0 +1,105 @@
+"""The fingerprint of one piece of a tensor, where the piece sits in the whole: a shard's share of the whole's.
+
+The fingerprint (``fingerprint.py``) is linear in the values: element ``g`` of the whole tensor, flattened in
+row-major order, goes to sum ``g mod 16`` with the sign ``W[g // 4096]·S[g mod 4096]``. A rank that holds a block
+of the whole (a ``Shard(d)`` piece: its local tensor and the offset of its first element in each dimension) can
+compute its block's share with the signs of the positions its elements hold in the whole; the shares of the pieces
+that tile the whole add up to the whole's fingerprint (exactly, up to float64's summation order), and so do the
+counts of kept and left-out elements and the sums of squares. Nothing is gathered: 19 numbers per piece cross
+between ranks (``ranks.py``), never the tensor.
+
+The padding mask (``valid``, the run's ``(batch, sequence)`` mask) applies to the whole's shape, so each piece
+takes the slice of it its block covers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from .signs import CHUNK, SEED_S, SENTINEL, SUMS, WIDTH, chunk_signs, sign_sequence, valid_shape
+
+_S: dict[torch.device, torch.Tensor] = {}
+_W: dict[torch.device, torch.Tensor] = {}
+
+
+def _signs(device: torch.device, chunks: int) -> tuple[torch.Tensor, torch.Tensor]:
+    s = _S.get(device)
+    if s is None:
+        s = _S[device] = torch.tensor(sign_sequence(SEED_S, CHUNK), dtype=torch.float64, device=device)
+    w = _W.get(device)
+    if w is None or w.shape[0] < chunks:
+        w = _W[device] = torch.tensor(chunk_signs(chunks), dtype=torch.float64, device=device)
+    return s, w
+
+
+def _strides(shape: Sequence[int]) -> list[int]:
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= size
+    return strides[::-1]
+
+
+def placed_fingerprint(x: torch.Tensor, whole: Sequence[int], offset: Sequence[int],
+                       valid: torch.Tensor | None = None) -> torch.Tensor:
+    """The share of the block ``x`` (a plain local tensor) in the fingerprint of a tensor of shape ``whole``, the
+    block starting at ``offset`` in each dimension: ``WIDTH`` float64 numbers on ``x``'s device (the 16 sums, the
+    kept elements, their sum of squares, the valid elements left out), which add up over the blocks that tile the
+    whole to ``fingerprint(whole tensor, valid)``."""
+    with torch._C.DisableTorchFunction():
+        x = x.detach()
+        whole, offset = list(whole), list(offset)
+        if x.is_complex():
+            x = torch.view_as_real(x)
+            whole, offset = whole + [2], offset + [0]
+        if x.dim() != len(whole) or any(o + s > w for o, s, w in zip(offset, x.shape, whole)):
+            raise ValueError(f"a block of shape {list(x.shape)} at {offset} is not inside a tensor of shape {whole}")
+        x = x.to(torch.float64)
+        device = x.device
+        if x.numel() == 0:
+            return torch.zeros(WIDTH, dtype=torch.float64, device=device)
+        index = torch.zeros((), dtype=torch.int64, device=device)
+        for dim, (size, start, stride) in enumerate(zip(x.shape, offset, _strides(whole))):
+            shape = [1] * x.dim()
+            shape[dim] = size
+            index = index + ((torch.arange(size, device=device) + start) * stride).view(shape)
+        index = index.expand(x.shape).reshape(-1)
+        ok = x > -SENTINEL
+        keep = _valid_block(x, whole, offset, valid)
+        if keep is not None:
+            ok = ok & keep
+            counted = keep.sum().to(torch.float64) * (x.numel() // keep.numel())
+        else:
+            counted = torch.tensor(float(x.numel()), dtype=torch.float64, device=device)
+        values = torch.where(ok, x, 0.0).reshape(-1)
+        s, w = _signs(device, -(-max(1, _numel(whole)) // CHUNK))
+        # as ``fingerprint`` sums: each chunk's elements with its sign into 4096 slots, then the slots into 16 sums
+        folded = torch.zeros(CHUNK, dtype=torch.float64, device=device).index_add_(
+            0, index % CHUNK, values * w[index // CHUNK])
+        sums = (folded * s).view(-1, SUMS).sum(0)
+        kept = ok.sum().to(torch.float64)
+        return torch.cat([sums, torch.stack([kept, torch.dot(values, values), counted - kept])])
+
+
+def _numel(shape: Sequence[int]) -> int:
+    n = 1
+    for size in shape:
+        n *= size
+    return n
+
+
+def _valid_block(x: torch.Tensor, whole: Sequence[int], offset: Sequence[int],
+                 valid: torch.Tensor | None) -> torch.Tensor | None:
+    """The padding mask over the block: the whole's broadcast mask (``signs.valid_shape``) sliced to the block."""
+    if valid is None:
+        return None
+    shape = valid_shape(tuple(whole), tuple(valid.shape))
+    if shape is None:
+        return None
+    mask = (valid if valid.device == x.device else valid.to(x.device)).reshape(shape)
+    for dim, size in enumerate(shape):
+        if size != 1:
+            mask = mask.narrow(dim, offset[dim], x.shape[dim])
+    return mask

@@ -1,0 +1,100 @@
+"""The float64 twin of a tensor-parallel run: 2 real gloo processes run their twins together, and a port split
+over them is decided by twins against the single-device original, from two default folders.
+
+The tiny decoder of ``tests/models/tp_models.py`` is split with ``parallelize_module`` (DTensors) and by hand
+(plain slices and an explicit all_reduce) and traced with nbtrace's defaults (rank 0 records printed values; every
+rank runs its part of the twin): the correct splits agree, and one rank's piece of a weight scaled by 1.001 or
+1.01 (a shard of a column- or row-parallel projection, or one rank's copy of a norm's weight) is named at its
+module, whichever side is the reference. The piece fingerprints (``capture/twin/placed.py``) add up to the whole's.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import nbtrace
+from nbtrace.capture.twin.fingerprint import fingerprint
+from nbtrace.capture.twin.placed import placed_fingerprint
+from nbtrace.capture.twin.signs import WIDTH
+from tests.dist_launch import launch
+from tests.models import tp_models as tm
+from tests.tp_twin_worker import VARIANTS
+
+pytestmark = pytest.mark.timeout(300)
+WORKER = __import__("pathlib").Path(__file__).with_name("tp_twin_worker.py")
+NAMED = {"dtensor_up": "TinyDecoder.layers.0.mlp.up_proj", "megatron_up": "TinyDecoder.layers.0.mlp.up_proj",
+         "dtensor_o": "TinyDecoder.layers.1.self_attn.o_proj",
+         "megatron_norm": "TinyDecoder.layers.1.post_attention_layernorm"}
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tp_twin")
+    launch(WORKER, [str(root)], 2, root / "logs", timeout=240)
+    with torch.no_grad(), nbtrace.trace(model := tm.build_reference(), root / "single"):
+        model(tm.make_input())
+    return root
+
+
+@pytest.mark.parametrize("split", ["dtensor", "megatron"])
+def test_a_correct_split_gets_its_twin_and_agrees_with_the_single_device_original(folders, split):
+    trace = nbtrace.load_trace(folders / split)
+    section = trace.sidecar["twin"]
+    assert "skipped" not in section and section["ranks"]["world_size"] == 2
+    assert trace.sidecar["distributed"]["recorded_ranks"] == [0]  # the default: rank 0 records, both run the twin
+    for a, b in ((folders / "single", folders / split), (folders / split, folders / "single")):
+        comparison = nbtrace.compare(a, b)
+        assert comparison.method == "twin" and comparison.agree, comparison.summary()
+        assert comparison.twin.compared >= 60
+    assert "float64 twin ran on its 2 ranks together" in nbtrace.compare(folders / "single", folders / split).summary()
+
+
+def test_a_sharded_output_is_fingerprinted_whole(folders):
+    single = nbtrace.load_trace(folders / "single").twin
+    for split in ("dtensor", "megatron"):
+        twin = nbtrace.load_trace(folders / split).twin
+        up = twin.calls["TinyDecoder.layers.0.mlp.up_proj"]
+        whole = up["out"] if split == "dtensor" else up["out|Shard(2)"]  # a DTensor's placements, or a reading
+        assert whole.shape == (2, 16, tm.INTERMEDIATE) == single.calls["TinyDecoder.layers.0.mlp.up_proj"]["out"].shape
+        assert whole.distance(single.calls["TinyDecoder.layers.0.mlp.up_proj"]["out"]) < 1e-13
+
+
+@pytest.mark.parametrize("variant", sorted(NAMED))
+def test_a_bad_piece_on_one_rank_is_named_at_its_module_from_two_default_folders(folders, variant):
+    for a, b in ((folders / "single", folders / variant), (folders / variant, folders / "single")):
+        comparison = nbtrace.compare(a, b)
+        first = comparison.first_divergence
+        assert comparison.method == "twin" and first is not None, comparison.summary()
+        assert first.module_path == NAMED[variant], comparison.summary()
+
+
+def test_every_rank_ran_every_variant_and_a_rank_tracing_alone_waits_for_no_one(folders):
+    seconds = [json.loads((folders / f"seconds_rank{rank}.json").read_text()) for rank in (0, 1)]
+    assert set(seconds[0]) == set(VARIANTS) | {"alone"} and set(seconds[1]) == set(VARIANTS)
+    assert 3.0 <= seconds[0]["alone"] < 30  # it waited for the others as long as it was told, then went on alone
+    alone = nbtrace.load_trace(folders / "alone").sidecar["twin"]
+    assert alone["calls"] == {} and "not every rank started nbtrace.trace within 3 s" in alone["skipped"]
+    again = nbtrace.load_trace(folders / "again")  # the ranks' next block: together again
+    assert "skipped" not in again.sidecar["twin"] and nbtrace.compare(folders / "single", again).agree
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_pieces_fingerprints_add_up_to_the_whole(seed):
+    generator = torch.Generator().manual_seed(seed)
+    shape = [(2, 16, 128), (3, 5000, 7), (9001,)][seed]
+    x = torch.randn(shape, generator=generator, dtype=torch.float64)
+    valid = torch.rand(shape[:2], generator=generator) > 0.3 if len(shape) == 3 else None
+    for dim in range(len(shape)):
+        for parts in (2, 3):
+            total, offset = 0, 0
+            for piece in x.chunk(parts, dim):  # uneven pieces too
+                start = [0] * len(shape)
+                start[dim] = offset
+                total = total + placed_fingerprint(piece, shape, start, valid)
+                offset += piece.shape[dim]
+            whole = fingerprint(x, valid)[:WIDTH]  # the 16 sums and the counts (not the layout sums a piece lacks)
+            assert torch.equal(total[16:], whole[16:]) or torch.allclose(total[16:], whole[16:], rtol=1e-14)
+            assert float((total[:16] - whole[:16]).abs().max()) <= 1e-14 * float(whole[17].sqrt())

@@ -1,0 +1,71 @@
+"""One rank of the tensor-parallel twin tests (started by tests/dist_launch.py, as torchrun would start it).
+
+``python tests/tp_twin_worker.py OUT``: joins the gloo group and traces the tiny decoder split over the ranks,
+with nbtrace's defaults (rank 0 records printed values and the float64 twin, which every rank runs), into
+``OUT/<variant>/``: clean and with one rank's piece of a weight scaled (``tests/models/tp_models.py``); then rank 0
+traces the single-device model alone (``OUT/alone``: no twin, after a short wait) and both the split one again
+(``OUT/again``: the ranks meet again).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import nbtrace
+from nbtrace.capture.twin import ranks as ranks_twin
+from tests.models import tp_models as tm
+
+#: variant -> (split, what is damaged: (kind, parameter, factor) or None)
+VARIANTS = {
+    "dtensor": ("dtensor", None),
+    "megatron": ("megatron", None),
+    "dtensor_up": ("dtensor", ("shard", "layers.0.mlp.up_proj.weight", 1.001)),
+    "megatron_up": ("megatron", ("shard", "layers.0.mlp.up_proj.weight", 1.001)),
+    "dtensor_o": ("dtensor", ("shard", "layers.1.self_attn.o_proj.weight", 1.01)),
+    "megatron_norm": ("megatron", ("replica", "layers.1.post_attention_layernorm.weight", 1.001)),
+}
+
+
+def main(out: Path) -> None:
+    dist.init_process_group("gloo", timeout=timedelta(seconds=120))
+    world = dist.get_world_size()
+    mesh = init_device_mesh("cpu", (world,))
+    reference, x = tm.build_reference(), tm.make_input()
+    seconds = {}
+    for name, (split, damage) in VARIANTS.items():
+        model = tm.build_dtensor_tp(reference, mesh) if split == "dtensor" else tm.build_megatron_tp(reference)
+        if damage is not None:
+            kind, param, factor = damage
+            (tm.damage_shard if kind == "shard" else tm.damage_replica)(model, param, world // 2, factor)
+        started = time.perf_counter()
+        with torch.no_grad(), nbtrace.trace(model, out / name):
+            model(x)
+        seconds[name] = round(time.perf_counter() - started, 3)
+    ranks_twin.MEET_SECONDS = 3.0  # rank 0 traces a model of its own alone: no twin, and no wait for the others
+    if dist.get_rank() == 0:
+        started = time.perf_counter()
+        with torch.no_grad(), nbtrace.trace(reference, out / "alone"):
+            reference(x)
+        seconds["alone"] = round(time.perf_counter() - started, 3)
+    dist.barrier()
+    model = tm.build_dtensor_tp(reference, mesh)  # and then meets the others again at their next block
+    with torch.no_grad(), nbtrace.trace(model, out / "again"):
+        model(x)
+    (out / f"seconds_rank{dist.get_rank()}.json").write_text(json.dumps(seconds))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(1)
+    main(Path(sys.argv[1]))
