@@ -35,6 +35,7 @@ from .verdict.notes import MIN_COVERAGE, comparison_notes
 from .align.pairing import compile_ignore
 from .ranks.ranked import call_comparer, ranked_rename
 from .verdict.report import node_report
+from .verdict.fused_weights import fused_findings
 from .verdict.weights import WeightFinding, compare_parameters
 from .verdict.sketch_verdict import plain_divergence
 
@@ -288,6 +289,8 @@ class Comparison(BackwardSide):
                 path = match.a.module_path.split(" ", 1)[0]
                 agree[path] = agree.get(path, True) and _same_product(match)
             self._weights = compare_parameters(self.alignment.pairs, a_section, b_section, agree)
+            self._weights += fused_findings(self.alignment.pairs, self.unmatched_a, self.unmatched_b, a_section,
+                                            b_section)  # one side's fused projection, the other's parts
         return list(self._weights)
 
     @property

@@ -179,6 +179,12 @@ def _reason(verdict: TwinVerdict, culprit: Node, seen: Node, arg: str, unobserve
         else:
             text = (f"run in float64 from the same inputs, every call inside it agrees and its output ({arg}) "
                     "differs: its own code after them")
+    elif not culprit.children and culprit is not seen:  # moved to a fused call (``twin_verdict._fused_inside``)
+        where = "output" if event.io == "output" else "input"
+        return (f"run in float64 from the same inputs, everything before agrees and the {where} {arg} of "
+                f"{seen.module_path} differs; in between, {culprit.module_path} has no counterpart of its own (the "
+                "other side splits it) and its fused weight is not what the other side's parts hold (weights that "
+                "differ)")
     else:
         where = "output" if event.io == "output" else "input"
         text = (f"run in float64 from the same inputs, everything before agrees and the {where} {arg} of "

@@ -183,7 +183,7 @@ def twin_verdict(comparison: Comparison) -> TwinVerdict | None:
                 verdict.state, verdict.event, verdict.culprit = "inputs", event, event.node
                 return verdict
             verdict.state, verdict.event, verdict.good = "diverge", event, good
-            verdict.culprit = _culprit(event, good, comparison.a.root)
+            verdict.culprit = _fused_inside(_culprit(event, good, comparison.a.root), comparison)
             return verdict
         if event.compared:
             good = event
@@ -206,6 +206,18 @@ def _culprit(event: TwinEvent, good: TwinEvent | None, root: Node) -> Node:
     if event.io == "output" and (good.node is seen or seen in good.node.ancestors()):
         return seen  # its inputs, or everything inside it, agreed: its own code
     return innermost(good.node, seen)
+
+
+def _fused_inside(culprit: Node, comparison: Comparison) -> Node:
+    """The one call inside ``culprit`` with no counterpart whose fused weight the other side's parts hold otherwise
+    (``fused_weights.py``: timm's ``qkv`` against a port's value projection scaled), else ``culprit``: its own
+    code is the only other place the difference can be born."""
+    if not culprit.children:
+        return culprit
+    fused = {w.module_path for w in comparison.weights if w.kind == "fused" and w.serious}
+    unmatched = {id(n) for n in comparison.unmatched_a}
+    found = [n for n in culprit.walk() if n.module_path in fused and id(n) in unmatched]
+    return found[0] if len(found) == 1 else culprit
 
 
 def innermost(x: Node, y: Node) -> Node:
