@@ -18,6 +18,7 @@ if TYPE_CHECKING:  # what the lazy names below are, for type checkers and editor
     from .errors import TraceFormatError
     from .notebook.html_file import save_html
     from .notebook.view import TraceView
+    from .render.backward_plot import plot_gradient_norms
     from .render.divergence_plot import plot_divergence
     from .render.frame import to_dataframe
     from .render.plot import plot_stats
@@ -45,6 +46,7 @@ _LAZY = {
     "to_dataframe": "render.frame",
     "plot_stats": "render.plot",
     "plot_divergence": "render.divergence_plot",
+    "plot_gradient_norms": "render.backward_plot",
     "TraceView": "notebook.view",
     "save_html": "notebook.html_file",
 }
@@ -87,6 +89,7 @@ __all__ = [
     "model_addition_debugger_context",
     "narrow",
     "plot_divergence",
+    "plot_gradient_norms",
     "plot_stats",
     "save_html",
     "to_dataframe",

@@ -84,11 +84,14 @@ def _demo(args: argparse.Namespace) -> int:
 def _show(args: argparse.Namespace) -> int:
     from .core.forwards import forward_sources, holds_several_forwards
     from .core.load import load_trace
+    from .render.backward_words import backward_text
     from .render.text import format_tree
 
     if args.step is None and not holds_several_forwards(args.path, args.rank):
         trace = load_trace(args.path, rank=args.rank)
         say(format_tree(trace, max_depth=args.depth, contains=args.filter))
+        if (backward := backward_text(trace)) is not None:  # the backward passes recorded with it
+            say(backward)
         if trace.numerics.get("framework") == "jax":  # a trace not of torch says which framework computed it
             from .render.numerics_words import numerics_words
 
@@ -156,6 +159,7 @@ def _diff(args: argparse.Namespace) -> int:
     from .diff.steps.steps import StepsComparison
     from .render.steps_text import format_steps_table
     from .diff.verdict.as_dict import EXIT_STATUS
+    from .render.backward_words import backward_lines, diff_status
     from .render.text import cut_lines, format_comparison_table, wrap_lines
 
     rename = read_rename(args.rename) if args.rename else None
@@ -179,12 +183,14 @@ def _diff(args: argparse.Namespace) -> int:
     except ValueError as exc:  # traces that cannot be compared as given (two tensor-parallel runs, for one)
         hint = " (nbtrace diff A B --rank R compares one rank of each)" if isinstance(exc, BothRanked) else ""
         raise InputError("diff", f"{exc}{hint}") from None
-    status = EXIT_STATUS[comparison.verdict]
+    status = diff_status(comparison, EXIT_STATUS[comparison.verdict])  # where the forward agrees, the backward's
     if args.json:
         say(json.dumps(comparison.to_dict(), indent=2, ensure_ascii=False))
         return status
     width = terminal_width()
     say(wrap_lines(comparison.summary(), width))
+    for line in backward_lines(comparison):
+        say(wrap_lines(line, width))
     say()
     if isinstance(comparison, StepsComparison):  # folders of several forwards (generate): every step
         say(cut_lines(format_steps_table(comparison, rows=args.rows), width))

@@ -36,8 +36,9 @@ def default_folder(model: Any) -> Path:
 class _Capture:
     """What one cell recorded: the recorder of the traced model, once there is one."""
 
-    def __init__(self, folder: str | None, prune: bool, use_repr: bool) -> None:
+    def __init__(self, folder: str | None, prune: bool, use_repr: bool, backward: bool = False) -> None:
         self.folder = folder
+        self.backward = backward
         self.prune = prune
         self.use_repr = use_repr
         self.recorder: Any = None
@@ -56,7 +57,8 @@ class _Capture:
             option = "-o" if self.folder is not None else "the default folder"
             problem = getattr(exc, "problem", str(exc))
             raise UsageError(f"%%modeltrace: {option} {str(folder)!r} {problem}") from None
-        self.recorder = self._stack.enter_context(trace(model, folder, self.prune, self.use_repr))
+        self.recorder = self._stack.enter_context(trace(model, folder, self.prune, self.use_repr,
+                                                                  backward=self.backward))
 
     def close(self) -> None:
         self._stack.close()
@@ -181,6 +183,8 @@ class ModelTraceMagics(Magics):
     @argument("-o", "--out", default=None, help="folder for the trace files (default: nbtrace_traces/<ModelClass>/)")
     @argument("--no-prune", action="store_true", help="keep every layer block (do_prune_layers=False)")
     @argument("--safetensors", action="store_true", help="store full tensors as safetensors files (use_repr=False)")
+    @argument("--backward", action="store_true",
+              help="let the forward build its graph and record the backward passes the cell runs (backward=True)")
     @argument("--name", default="_trace", help="variable that receives the Trace (default: _trace)")
     @line_cell_magic
     def modeltrace(self, line: str, cell: str | None = None) -> Any:
@@ -202,6 +206,9 @@ class ModelTraceMagics(Magics):
 
             %%modeltrace model -o traces/run1 --no-prune --name t1
             model(**inputs)
+
+            %%modeltrace model --backward
+            loss_fn(model(**inputs), labels).backward()
         """
         __tracebackhide__ = True  # IPython leaves this frame out of tracebacks
         if cell is None:
@@ -214,7 +221,7 @@ class ModelTraceMagics(Magics):
             raise UsageError(f"%%modeltrace: --name {args.name!r} is not a valid variable name")
         shell = self.shell
         body, last, cell_filename = _compile_cell(shell, cell)
-        capture = _Capture(args.out, prune=not args.no_prune, use_repr=not args.safetensors)
+        capture = _Capture(args.out, prune=not args.no_prune, use_repr=not args.safetensors, backward=args.backward)
         explicit = args.model is not None
         model = _resolve_model(shell, args.model) if explicit else None
         namespace = (shell.user_global_ns, shell.user_ns)

@@ -7,9 +7,15 @@
         assert_port_matches("tests/golden/original", port)               # a golden folder, the live port
 
 A failure is an ``AssertionError`` (pytest and unittest show its message): ``PortDiverges``,
-``PortUnresolved`` or ``PortLosesPrecision``, each with the whole ``comparison``.
+``PortUnresolved`` or ``PortLosesPrecision``, each with the whole ``comparison``; with ``backward=True`` (two
+folders recorded with ``nbtrace.trace(..., backward=True)``) also ``PortBackwardDiverges`` and
+``PortBackwardUnresolved``.
 """
 
-from .assertion import PortDiverges, PortLosesPrecision, PortMismatch, PortUnresolved, assert_port_matches
+from .assertion import (
+    PortBackwardDiverges, PortBackwardUnresolved, PortDiverges, PortLosesPrecision, PortMismatch, PortUnresolved,
+    assert_port_matches,
+)
 
-__all__ = ["PortDiverges", "PortLosesPrecision", "PortMismatch", "PortUnresolved", "assert_port_matches"]
+__all__ = ["PortBackwardDiverges", "PortBackwardUnresolved", "PortDiverges", "PortLosesPrecision", "PortMismatch",
+           "PortUnresolved", "assert_port_matches"]

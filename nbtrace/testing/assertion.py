@@ -37,6 +37,28 @@ class PortUnresolved(PortMismatch):
     kind = "unresolved"
 
 
+class PortBackwardDiverges(PortDiverges):
+    """The forward agrees, but the port's backward computes other gradients (``comparison.backward`` says where)."""
+
+    kind = "backward"
+
+    def __init__(self, comparison: Any) -> None:
+        from ..render.backward_words import backward_lines
+
+        self.comparison = comparison
+        head = "the port's backward differs from the reference's" if self.kind == "backward" else (
+            "the port's backward could not be decided")
+        AssertionError.__init__(self, "\n".join([head, *backward_lines(comparison)]))
+
+
+class PortBackwardUnresolved(PortUnresolved):
+    """The forward agrees, and nothing decided the backward either way: the message says what would."""
+
+    kind = "backward unresolved"
+
+    __init__ = PortBackwardDiverges.__init__
+
+
 class PortLosesPrecision(PortMismatch):
     """The same function, but the port's run lost precision the reference's kept (``comparison.precision``)."""
 
@@ -51,6 +73,7 @@ def assert_port_matches(
     unresolved_fails: bool = True,
     precision_fails: bool = False,
     narrow: bool = True,
+    backward: bool = False,
     **options: Any,
 ) -> Any:
     """Pass when ``port`` computes the function ``reference`` computes; otherwise raise an ``AssertionError``
@@ -61,7 +84,10 @@ def assert_port_matches(
     ``port`` the live port module, or a folder traced from it. ``unresolved_fails``: an unresolved verdict
     fails (``PortUnresolved``); ``precision_fails``: a precision finding fails (``PortLosesPrecision``), else
     it is only reported on the returned comparison. ``narrow``: with a live port, find the first diverging
-    operation inside the blamed module. Other keywords (``rename``, ``rtol``, ``atol``, ``ignore``,
+    operation inside the blamed module. ``backward``: both sides are folders (or Traces) recorded with
+    ``nbtrace.trace(..., backward=True)``, and once the forward agrees, the backward must agree too
+    (``PortBackwardDiverges``, ``PortBackwardUnresolved``).
+    Other keywords (``rename``, ``rtol``, ``atol``, ``ignore``,
     ``inputs_map``, ``call``...) go to ``nbtrace.compare``. Returns the Comparison when it passes.
     """
     __tracebackhide__ = True  # pytest shows the message, not this function's code
@@ -77,6 +103,9 @@ def assert_port_matches(
     if not live_reference and not isinstance(reference, (str, os.PathLike)) and not hasattr(reference, "nodes"):
         raise TypeError(f"assert_port_matches: reference must be a module or a trace folder, got "
                         f"{type(reference).__name__}")
+    if backward and (live_reference or isinstance(port, nn.Module)):
+        raise TypeError("assert_port_matches(backward=True) compares recorded backward passes: trace both sides "
+                        "with nbtrace.trace(model, folder, backward=True) around a training step and pass the folders")
     if live_reference:
         comparison = compare(reference, port, inputs=inputs, **options)
     else:
@@ -88,6 +117,13 @@ def assert_port_matches(
         raise PortDiverges(comparison)
     if verdict == "unresolved" and unresolved_fails:
         raise PortUnresolved(comparison)
+    state = comparison.backward.state if backward else "agree"
+    if state == "none":
+        raise ValueError(f"assert_port_matches(backward=True): {comparison.backward.reason}")
+    if state == "diverge":
+        raise PortBackwardDiverges(comparison)
+    if state == "unresolved" and unresolved_fails:
+        raise PortBackwardUnresolved(comparison)
     if precision_fails and _precision(comparison):
         raise PortLosesPrecision(comparison)
     return comparison

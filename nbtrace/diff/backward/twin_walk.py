@@ -22,7 +22,8 @@ def relative(x: Any, y: Any) -> float:
     return x.distance(y) / scale
 
 
-def _compare(places_a: dict[str, Any], places_b: dict[str, Any], prefix: tuple[str, ...]) -> tuple[float | None, list[str]]:
+def _compare(places_a: dict[str, Any], places_b: dict[str, Any],
+             prefix: tuple[str, ...]) -> tuple[float | None, list[str]]:
     """The largest relative difference over the places starting with ``prefix`` both hold (same shape), and the
     places beyond ``TWIN_RELATIVE``."""
     worst: float | None = None

@@ -20,8 +20,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 SCHEMA_NAME = "nbtrace-verdict"
 SCHEMA_VERSION = 1
-#: fields added within a version (a consumer of version 1 reads them or ignores them): 1 added ``end_to_end``
-SCHEMA_MINOR = 1
+#: fields added within a version (a consumer of version 1 reads them or ignores them): 1 added ``end_to_end``,
+#: 2 ``backward`` (the backward passes' verdict, ``diff/backward/``)
+SCHEMA_MINOR = 2
 #: what ``verdict`` can be, and the exit status ``nbtrace diff`` gives each (2 is a bad input)
 EXIT_STATUS = {"agree": 0, "diverge": 1, "unresolved": 3}
 
@@ -100,7 +101,14 @@ def _comparison_body(comparison: Comparison, step: int) -> dict[str, Any]:
                       "b": [n.module_path for n in comparison.unmatched_b]},
         "numerics": {"a": dict(a_numerics), "b": dict(b_numerics)},
         "end_to_end": _end_to_end(comparison),
+        "backward": _backward(comparison),
     }
+
+
+def _backward(comparison: Comparison) -> dict[str, Any] | None:
+    """The backward passes' verdict, where both traces recorded one (None otherwise)."""
+    a, b = comparison.a.backward, comparison.b.backward
+    return comparison.backward.as_dict() if a is not None or b is not None else None
 
 
 def _end_to_end(comparison: Comparison) -> dict[str, Any] | None:

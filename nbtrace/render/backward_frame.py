@@ -1,0 +1,108 @@
+"""A backward pass as a pandas table (one row per recorded gradient) and the numbers of its plot.
+
+``gradient_frame(grad_pass)`` is ``GradPass.to_dataframe()``: the forward's table columns (``render/frame.py``)
+for the gradients, ``io`` saying which (``grad_output``: what reached the call's outputs, ``grad_input``: what it
+sent to its inputs, ``parameter``: a parameter's gradient of the pass), plus ``rms`` and ``norm`` (from the stats:
+``rms = sqrt(mean² + std²)``, ``norm = rms·sqrt(numel)``). ``gradient_norms(backward)`` computes what
+``plot_gradient_norms`` draws: the norm of the gradient reaching each layer block's outputs, layer by layer.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from ..core.dtypes import short_dtype
+from ..core.paths import is_layer_block_call
+from .table import Columns
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas
+
+    from ..core.gradients import Backward, GradPass
+    from ..core.tensor import TensorValue
+
+SCHEMA = (
+    ("node", "int"),
+    ("module_path", "str"),
+    ("name", "str"),
+    ("depth", "int"),
+    ("call_index", "int"),
+    ("layer", "Int64"),
+    ("leaf", "bool"),
+    ("io", "str"),
+    ("arg", "str"),
+    ("shape", "tuple"),
+    ("dtype", "str"),
+    ("numel", "int"),
+    ("mean", "float"),
+    ("std", "float"),
+    ("min", "float"),
+    ("max", "float"),
+    ("rms", "float"),
+    ("norm", "float"),
+)
+_IO = {"output": "grad_output", "input": "grad_input"}
+
+
+def rms_of(tensor: TensorValue) -> float | None:
+    """The RMS of a recorded tensor from its stats (None without them)."""
+    mean, std = tensor.mean, tensor.std
+    if mean is None or std is None:
+        return None
+    return math.sqrt(mean * mean + std * std)
+
+
+def gradient_frame(grad_pass: GradPass) -> pandas.DataFrame:
+    """One row per recorded gradient of one backward pass (see the module docstring)."""
+    rows = Columns(SCHEMA)
+    for position, node in enumerate(grad_pass.trace.nodes()):
+        call = {"node": position, "module_path": node.module_path, "name": node.name, "depth": node.depth,
+                "call_index": node.call_index, "layer": node.layer, "leaf": not node.children}
+        for io, arg, tensor in node.tensors():
+            _add(rows, call, _IO.get(io, io), arg, tensor)
+    for name, tensor in grad_pass.parameters.items():
+        module, _, short = name.rpartition(".")
+        call = {"node": -1, "module_path": module, "name": module.rpartition(".")[2], "depth": module.count("."),
+                "call_index": 0, "layer": None, "leaf": True}
+        _add(rows, call, "parameter", short, tensor)
+    return rows.frame("gradient table")
+
+
+def _add(rows: Columns, call: dict[str, Any], io: str, arg: str, tensor: TensorValue) -> None:
+    rms = rms_of(tensor)
+    numel = math.prod(tensor.shape)
+    rows.add(**call, io=io, arg=arg, shape=tensor.shape, dtype=short_dtype(tensor.dtype), numel=numel,
+             mean=tensor.mean, std=tensor.std, min=tensor.min, max=tensor.max, rms=rms,
+             norm=None if rms is None else rms * math.sqrt(numel))
+
+
+def gradient_norms(backward: Backward, which: str = "outputs") -> list[tuple[str, float]]:
+    """(layer block path, norm of the gradient at its ``outputs`` or ``inputs``) for each layer block of the
+    latest pass, in forward order (pruned blocks are absent: the files do not hold them)."""
+    found = []
+    for node in backward.trace.nodes():
+        children = [child.module_path for child in node.children]
+        if not is_layer_block_call(node.module_path, children):
+            continue
+        value = node.outputs if which == "outputs" else node.inputs
+        tensors = _first_tensor(value)
+        rms = rms_of(tensors) if tensors is not None else None
+        if rms is not None:
+            found.append((node.module_path, rms * math.sqrt(math.prod(tensors.shape))))
+    return found
+
+
+def _first_tensor(value: Any) -> TensorValue | None:
+    from ..core.tensor import TensorValue
+
+    if isinstance(value, TensorValue):
+        return value
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, list):
+        for item in value:
+            found = _first_tensor(item)
+            if found is not None:
+                return found
+    return None
