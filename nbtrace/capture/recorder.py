@@ -127,7 +127,7 @@ class Recorder:
         grad = torch.is_grad_enabled()
         _set_grad_enabled(False)  # torch.no_grad(), without the cost of a context manager per call
         if run.sketch is not None:
-            run.sketch.enter(base, args, kwargs, not site.has_children)
+            run.sketch.enter(base, args, kwargs, None if site.has_children else forward)
         try:
             try:
                 out = forward(*args, **kwargs)
@@ -137,7 +137,7 @@ class Recorder:
             run.close(node, error=exc)
             raise
         if run.sketch is not None:
-            run.sketch.leave(base, out, not site.has_children)
+            run.sketch.leave(base, out, None if site.has_children else forward)
         try:
             if not site.has_children:
                 run.record(node, "outputs", out, f"{base}_outputs")
@@ -178,7 +178,7 @@ class Recorder:
             measures = self.rounding.start(run, args, kwargs, module) if self.rounding is not None else None
             if self.rounding is None:  # no twin: the run's own sketch (``sketch.py``)
                 run.sketch = RunSketch(run.serialize.batch, args, kwargs)
-                run.sketch.enter(root, args, kwargs, False)
+                run.sketch.enter(root, args, kwargs)
             try:
                 out = forward(*args, **kwargs)
             except BaseException as exc:
@@ -194,7 +194,7 @@ class Recorder:
                 self._end_forward(run, node, failed=True)
                 raise
             if run.sketch is not None:
-                run.sketch.leave(root, out, False)
+                run.sketch.leave(root, out)
             run.close(node)
             if measures is not None:
                 self.rounding.top_done(measures, out)  # type: ignore[union-attr]

@@ -2,7 +2,8 @@
 
 A trace recorded without its float64 twin (``measure_rounding=False``, transformers' drop-in) holds, for printed
 values, only their corners; two such folders cannot tell how far a call's inputs and outputs differ. The sketch
-keeps, for each float input and output of every leaf call (calls pruning leaves out of the files too), the twin
+keeps, for each float input and output of every leaf call that holds no matrix of its own (elementwise functions,
+norms; calls pruning leaves out of the files too: ``_sketched``), the twin
 fingerprint's 16 random-sign sums (``twin/fingerprint.py``, the same signs and chunks) of the run's own tensor in
 float64, padding rows left out, with the count kept and their sum of squares. Two folders' sketches then give at
 every call an estimate of ``‖x_b − x_a‖`` (the sums' difference: its expected sum of squares is ``‖Δ‖²``), the exact
@@ -55,11 +56,12 @@ class RunSketch:
         self._seen: dict[int, tuple[Any, Slot, int | None]] = {}
         self._masks: dict[tuple[tuple[int, ...], int, torch.device], tuple[torch.Tensor, Slot]] = {}
 
-    def enter(self, key: str, args: tuple, kwargs: dict[str, Any], leaf: bool = True) -> None:
-        """A call starts: a leaf's float inputs, sketched before its code can change them in place (a call with
-        children only marks its place: what it reads and returns is its children's)."""
+    def enter(self, key: str, args: tuple, kwargs: dict[str, Any], leaf: Any = None) -> None:
+        """A call starts: the float inputs of a leaf (``leaf``: its forward) that a bound can judge, sketched before
+        its code can change them in place. A call with children (``leaf`` None) only marks its place: what it reads
+        and returns is its children's."""
         self.events.append("(" + key)
-        if not leaf:
+        if not _sketched(leaf):
             return
         found: dict[str, tuple[tuple[int, ...], Slot, Slot | int]] = {}
         for i, value in enumerate(args):
@@ -68,10 +70,10 @@ class RunSketch:
             self._walk(value, f"kwargs.{name}", found, 0)
         self.calls[key] = found
 
-    def leave(self, key: str, out: Any, leaf: bool = True) -> None:
-        """A call returned ``out``: a leaf's float outputs."""
+    def leave(self, key: str, out: Any, leaf: Any = None) -> None:
+        """A call returned ``out``: a sketched leaf's float outputs."""
         self.events.append(")" + key)
-        if leaf:
+        if _sketched(leaf):
             self._walk(out, "out", self.calls.setdefault(key, {}), 0)
 
     def _walk(self, value: Any, place: str, found: dict, depth: int) -> None:
@@ -152,6 +154,16 @@ class RunSketch:
         if any(key not in written for key in self.calls):
             section["events"] = list(self.events)
         return section
+
+
+def _sketched(forward: Any) -> bool:
+    """Whether a leaf's tensors are sketched: not where its module holds a matrix of its own (a linear map, a
+    convolution, an embedding), whose weights the fingerprints judge; elementwise functions and norms, whose bugs
+    only their values show, are (``diff/verdict/sketch_verdict.py``). Their tensors are most of a model's."""
+    if forward is None:
+        return False
+    parameters = getattr(getattr(forward, "__self__", None), "_parameters", None)
+    return not parameters or not any(p is not None and p.dim() >= 2 for p in parameters.values())
 
 
 _SIGNS: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}

@@ -12,10 +12,10 @@ out). Between two folders, at a call that both sketched:
   makes each of the 16 sums Gaussian with a sixteenth of ``‖Δ‖²``);
 - the operation a leaf computes is read as ``operation.py`` reads it (never from a name): an elementwise function
   where the reference's printed corners are one of ``bounds.py``'s functions of its input within their printed
-  digits; a linear map from its weight's shape; an RMSNorm where the printed output over the printed input is a
-  positive gain per column times a positive scale per row (rank one), its gains the sidecar's, and only where its
-  inputs are the same bit for bit (the norm's Lipschitz bound needs each row's spread, which a sketch does not
-  hold); each only where both sides hold the same weights bit for bit.
+  digits; an RMSNorm where the printed output over the printed input is a positive gain per column times a positive
+  scale per row (rank one), its gains the sidecar's, and only where its inputs are the same bit for bit (the norm's
+  Lipschitz bound needs each row's spread, which a sketch does not hold); each only where both sides hold the same
+  weights bit for bit. Leaves holding a matrix (linear maps) are not sketched: their weights are the fingerprints'.
 
 A leaf whose output differs by at least more than the most any correct implementation of its operation could make
 from inputs that differ by at most that much (``bounds.py``'s error analysis, on 2-norms by the triangle inequality:
@@ -144,12 +144,6 @@ def _bound(comparison: Comparison, node: Node, other: Node, mine: Twin, theirs: 
     shape = weight.get("shape")
     if not isinstance(shape, list):
         return None
-    if len(shape) == 2 and sorted(shape) == sorted([xa.shape[-1], ya.shape[-1]]) and xa.shape[:-1] == ya.shape[:-1]:
-        w_norm = weight.get("norm")
-        if not isinstance(w_norm, (int, float)) or not math.isfinite(w_norm):
-            return None
-        float32 = any("float32" in str(d) for d in (x_value.dtype, y_value.dtype, weight.get("dtype")))
-        return _linear(x, y, xa.shape[-1], u, float(w_norm) * (1 + 1e-6), float32)
     if len(shape) == 1 and "bias" not in held_a and xa.shape == ya.shape and shape[0] == xa.shape[-1] and x.same:
         gain = weight.get("absmax")
         if isinstance(gain, (int, float)) and math.isfinite(gain) and _rank_one(x_value, y_value, u):
@@ -180,14 +174,6 @@ def _elementwise(x_value, y_value, x: _Pair, y: _Pair, u: float) -> bounds.Bound
     allowed = slope * x.at_most + 3 * u * (y.norm_a + y.norm_b) + 2 * u * slope * (x.norm_a + x.norm_b)
     return bounds.Bound(y.at_least, allowed, name if len(fits) == 1 else " or ".join(n for _, n in fits),
                         f"L‖Δx‖ + 3u(‖y_a‖+‖y_b‖) + 2uL(‖x_a‖+‖x_b‖), L = {slope:g}, ‖Δ‖ from the sketches")
-
-
-def _linear(x: _Pair, y: _Pair, n: int, u: float, w_norm: float, float32: bool) -> bounds.Bound:
-    """``bounds.linear`` summed over rows: ``‖W‖_F‖Δx‖ + (γ_n + 2u_op + 2u)‖W‖_F(‖x_a‖ + ‖x_b‖)``."""
-    u_op = bounds.TF32 if float32 else u
-    allowed = w_norm * x.at_most + (n * bounds.U32 + 2 * u_op + 2 * u) * w_norm * (x.norm_a + x.norm_b)
-    return bounds.Bound(y.at_least, allowed, f"linear map of inner size {n}",
-                        f"‖W‖_F‖Δx‖ + (γ_{n} + 2u_op + 2u)‖W‖_F(‖x_a‖+‖x_b‖), ‖Δ‖ from the sketches")
 
 
 def _rms_norm(y: _Pair, x: TwinPrint, u: float, gain: float) -> bounds.Bound:
