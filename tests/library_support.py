@@ -5,7 +5,8 @@ so a test that uses one calls ``require_library(name)``: the module, or a skip w
 ``NBTRACE_REQUIRE_LIBRARIES`` set (CI sets it) a missing library fails the test instead, so the suite cannot go
 green by skipping them. Some libraries import a package at import time that nothing of theirs runs when a model
 is built from code: timm imports torchvision (whose PyPI wheels do not load beside the CPU torch), whisper's
-transcription imports numba, gemma's modules import kauldron (for its typing annotations and an identity layer);
+transcription imports numba, gemma's modules import kauldron (for its typing annotations and an identity layer),
+litgpt's package imports lightning (its training and checkpoint utilities);
 those get stand-ins for the import only (docs: shared recipe "published libraries"). A name may be a module of a
 library (``gemma.gm.nn._modules``): the stand-ins are its library's.
 """
@@ -23,7 +24,7 @@ from typing import Any
 import pytest
 
 #: what each library's import needs that no model built from code runs
-_STAND_INS = {"timm": ("torchvision",), "whisper": ("numba",), "gemma": ("kauldron",)}
+_STAND_INS = {"timm": ("torchvision",), "whisper": ("numba",), "gemma": ("kauldron",), "litgpt": ("lightning", "lightning_utilities")}
 
 
 def _placeholder(name: str) -> type:

@@ -67,7 +67,8 @@ def unrounded_buffers(module: nn.Module) -> dict[int, torch.Tensor]:
     outside its weights) whose module also holds that value wider: the constant as the model computed it before
     ``model.to(torch.bfloat16)`` rounded the buffer. Found where the module keeps it beside the buffer (a wider tensor
     attribute of its shape; a Python number for a scalar: transformers' ``scalar_embed_scale`` beside
-    ``embed_scale``), or can compute it again (transformers' rotary embeddings: ``rope_init_fn(config)``), and only
+    ``embed_scale``), or can compute it again (transformers' rotary embeddings: ``rope_init_fn(config)``; litgpt's
+    ``GPT.rope_cache()``, its ``cos`` and ``sin`` tables), and only
     where it rounds to the buffer exactly. A float64 copy starts from the wider value: the twin sees through a port's
     rounding of its constants, which stays its run's rounding."""
     found: dict[int, torch.Tensor] = {}
@@ -108,6 +109,12 @@ def _wider_values(module: nn.Module, name: str, buffer: torch.Tensor) -> list[to
         value = value[0] if isinstance(value, tuple) else value
         if isinstance(value, torch.Tensor):
             found.append(value)
+    if name in ("cos", "sin") and callable(getattr(module, "rope_cache", None)):  # litgpt's GPT: (cos, sin) again
+        try:
+            tables = module.rope_cache(device=buffer.device)
+            found.append(tables[("cos", "sin").index(name)])
+        except Exception:  # noqa: BLE001 - a method of another meaning: nothing seen through
+            pass
     return found
 
 
