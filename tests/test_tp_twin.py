@@ -71,6 +71,18 @@ def test_a_bad_piece_on_one_rank_is_named_at_its_module_from_two_default_folders
         assert first.module_path == NAMED[variant], comparison.summary()
 
 
+def test_on_four_ranks_too(folders, tmp_path_factory):
+    root = tmp_path_factory.mktemp("tp_twin4")
+    chosen = ["dtensor", "megatron", "megatron_up", "megatron_norm"]  # the hand split: its readings of 4 pieces
+    launch(WORKER, [str(root), ",".join(chosen)], 4, root / "logs", timeout=240)
+    assert nbtrace.load_trace(root / "megatron").sidecar["twin"]["ranks"] == {"world_size": 4, "rank": 0, "read": 34}
+    for variant in chosen:
+        comparison = nbtrace.compare(folders / "single", root / variant)
+        first = comparison.first_divergence
+        assert comparison.method == "twin" and comparison.twin.compared >= 60, comparison.summary()
+        assert (first.module_path if first else None) == NAMED.get(variant), comparison.summary()
+
+
 def test_every_rank_ran_every_variant_and_a_rank_tracing_alone_waits_for_no_one(folders):
     seconds = [json.loads((folders / f"seconds_rank{rank}.json").read_text()) for rank in (0, 1)]
     assert set(seconds[0]) == set(VARIANTS) | {"alone"} and set(seconds[1]) == set(VARIANTS)

@@ -1,6 +1,6 @@
 """One rank of the tensor-parallel twin tests (started by tests/dist_launch.py, as torchrun would start it).
 
-``python tests/tp_twin_worker.py OUT``: joins the gloo group and traces the tiny decoder split over the ranks,
+``python tests/tp_twin_worker.py OUT [VARIANT,...]``: joins the gloo group and traces the tiny decoder split over the ranks,
 with nbtrace's defaults (rank 0 records printed values and the float64 twin, which every rank runs), into
 ``OUT/<variant>/``: clean and with one rank's piece of a weight scaled (``tests/models/tp_models.py``); then rank 0
 traces the single-device model alone (``OUT/alone``: no twin, after a short wait) and both the split one again
@@ -36,13 +36,16 @@ VARIANTS = {
 }
 
 
-def main(out: Path) -> None:
+def main(out: Path, names: list[str] | None = None) -> None:
+    """Trace the ``names`` variants (all, then the lone trace and the meeting again, when None)."""
     dist.init_process_group("gloo", timeout=timedelta(seconds=120))
     world = dist.get_world_size()
     mesh = init_device_mesh("cpu", (world,))
     reference, x = tm.build_reference(), tm.make_input()
     seconds = {}
     for name, (split, damage) in VARIANTS.items():
+        if names is not None and name not in names:
+            continue
         model = tm.build_dtensor_tp(reference, mesh) if split == "dtensor" else tm.build_megatron_tp(reference)
         if damage is not None:
             kind, param, factor = damage
@@ -51,6 +54,10 @@ def main(out: Path) -> None:
         with torch.no_grad(), nbtrace.trace(model, out / name):
             model(x)
         seconds[name] = round(time.perf_counter() - started, 3)
+    if names is not None:
+        (out / f"seconds_rank{dist.get_rank()}.json").write_text(json.dumps(seconds))
+        dist.destroy_process_group()
+        return
     ranks_twin.MEET_SECONDS = 3.0  # rank 0 traces a model of its own alone: no twin, and no wait for the others
     if dist.get_rank() == 0:
         started = time.perf_counter()
@@ -68,4 +75,4 @@ def main(out: Path) -> None:
 
 if __name__ == "__main__":
     torch.set_num_threads(1)
-    main(Path(sys.argv[1]))
+    main(Path(sys.argv[1]), sys.argv[2].split(",") if len(sys.argv) > 2 else None)
