@@ -69,6 +69,10 @@ def test_a_bad_piece_on_one_rank_is_named_at_its_module_from_two_default_folders
         first = comparison.first_divergence
         assert comparison.method == "twin" and first is not None, comparison.summary()
         assert first.module_path == NAMED[variant], comparison.summary()
+    if variant == "megatron_norm":  # the pieces read as copies: the broken one is named
+        assert "read as copies of one tensor (Replicate(), no layout recorded): only rank 1's copy" in first.reason
+    if variant == "megatron_up":  # as pieces side by side: the twins cannot say whose
+        assert "its pieces read as Shard(2) (no layout recorded): the twins cannot say whose piece" in first.reason
 
 
 def test_on_four_ranks_too(folders, tmp_path_factory):

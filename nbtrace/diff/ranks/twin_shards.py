@@ -13,6 +13,7 @@ rank differs there), whichever is nearer. A tensor that fits no reading is left 
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 from ...core.twin import TwinPrint
@@ -24,6 +25,15 @@ if TYPE_CHECKING:  # pragma: no cover
 #: the separator of a reading's place (``capture/twin/ranks.py``'s ``MARK``; repeated: diff does not import capture
 #: at module level for a torch-free reading of files)
 MARK = "|"
+
+
+@dataclass(frozen=True)
+class ReadPrint(TwinPrint):
+    """A fingerprint read from a tensor-parallel twin's pieces: the reading, and each rank's piece's distance from
+    the other side's tensor (RMS) where the pieces have its shape (copies of it, if the reading is one)."""
+
+    reading: str = ""
+    copies: tuple[tuple[int, float], ...] = ()
 
 
 def resolve(mine: dict[str, TwinPrint], theirs: dict[str, TwinPrint]
@@ -48,7 +58,10 @@ def _read(side: dict[str, TwinPrint], other: dict[str, TwinPrint]) -> dict[str, 
         target = other.get(base)
         chosen = choose(options, target) if target is not None else None
         if chosen is not None:
-            found[base] = chosen[1]
+            copies = tuple((int(name[4:]), p.distance(target)) for name, p in sorted(options.items())
+                           if name.startswith("rank") and p.shape == target.shape and p.kept == target.kept)
+            found[base] = ReadPrint(**{f.name: getattr(chosen[1], f.name) for f in fields(TwinPrint)},
+                                    reading=chosen[0], copies=copies)
     return found
 
 
@@ -66,6 +79,24 @@ def choose(options: dict[str, TwinPrint], target: TwinPrint) -> tuple[str, TwinP
     if not candidates:
         return None
     return min(candidates, key=lambda item: item[1].distance(target))
+
+
+def reading_words(pair: Any) -> str:
+    """What a flagged pair's reading of a tensor-parallel twin's pieces says about the ranks (a clause for the
+    first divergence's reason), or empty where neither side was read from pieces."""
+    read = next((p for p in (getattr(pair, "b", None), getattr(pair, "a", None)) if isinstance(p, ReadPrint)), None)
+    if read is None or pair.evidence is None:
+        return ""
+    if read.reading.startswith("rank"):
+        wrong = [(rank, d) for rank, d in read.copies if d > pair.evidence.threshold]
+        if not wrong:
+            return ""
+        who = (f"only rank {wrong[0][0]}'s copy differs" if len(wrong) == 1 else
+               f"ranks {', '.join(str(r) for r, _ in wrong)}'s copies differ")
+        return (f"; its pieces read as copies of one tensor (Replicate(), no layout recorded): {who} "
+                f"(RMS {', '.join(f'{d:.2g}' for _, d in wrong)})")
+    return (f"; its pieces read as {read.reading} (no layout recorded): the twins cannot say whose piece "
+            "(rank folders of full tensors can)")
 
 
 def local_pieces(comparison: Comparison) -> bool:

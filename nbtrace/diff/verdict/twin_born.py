@@ -19,6 +19,7 @@ from ...core.structure import shows_pruning
 from ..measure.metrics import TensorDiff
 from ..measure.noise import dtype_name, unit_roundoff
 from ..measure.rounding import SUSPECT, brief, confidence
+from ..ranks.twin_shards import reading_words
 from .divergence import FirstDivergence, b_only_between
 from .evidence import CallDifference, Evidence
 from .twin_calls import Counterparts, HiddenCall
@@ -139,6 +140,8 @@ def _divergence(comparison: Comparison, verdict: TwinVerdict) -> FirstDivergence
         b_key, _ = Counterparts(comparison, comparison.b.twin).of(culprit)
         result.b_path = b_key.split("@", 1)[0] if b_key else None
     result.reason = _reason(verdict, culprit, seen, arg, unobserved, pruned) + f" ({sure}: {brief(evidence[0])})"
+    if worst is not None and result.rule is None:  # a tensor-parallel twin's pieces, where no reassembly said how
+        result.reason += reading_words(worst)
     if isinstance(culprit, HiddenCall):
         result.reason += (f"; pruning left {culprit.module_path} out of the files: the float64 twins kept it, and "
                           f"the tree marks {holder.module_path}, which holds it")
