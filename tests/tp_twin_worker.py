@@ -33,6 +33,7 @@ VARIANTS = {
     "megatron_up": ("megatron", ("shard", "layers.0.mlp.up_proj.weight", 1.001)),
     "dtensor_o": ("dtensor", ("shard", "layers.1.self_attn.o_proj.weight", 1.01)),
     "megatron_norm": ("megatron", ("replica", "layers.1.post_attention_layernorm.weight", 1.001)),
+    "megatron_down": ("megatron", ("shard", "layers.0.mlp.down_proj.weight", 1 + 1e-6)),  # below printed digits
 }
 
 
