@@ -1,0 +1,110 @@
+"""What recording the backward costs: a training step traced with ``backward=True`` against the same step plain.
+
+    PYTHONPATH=. python benchmarks/bench_backward.py [--layers 4] [--hidden 256] [--seq 256] [--rounds 5]
+
+transformers' Llama built from a config (no download), float32 on the CPU, batch 2, a causal-LM loss and its
+``backward()``; side by side in one run, the median seconds of:
+
+- ``plain``: forward and backward, nothing traced;
+- ``forward only``: the forward traced as without the option (``nbtrace.trace``, pruned, printed values, no twin),
+  then the same backward: what the forward's trace costs by itself;
+- ``backward, no twin``: ``backward=True`` with ``measure_rounding=False`` (pruned, printed values);
+- ``backward, default``: ``backward=True`` with the default ``measure_rounding`` (the forward's float64 twin, and
+  its backward);
+- ``backward, full tensors``: ``backward=True``, ``use_repr=False``, no twin.
+
+Each is printed with its ratio to ``plain``. The goal of issue 38: at most 1.5x for the pruned printed capture.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import nbtrace
+
+
+def _model(layers: int, hidden: int) -> torch.nn.Module:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=1024, hidden_size=hidden, intermediate_size=hidden * 4, num_hidden_layers=layers,
+                         num_attention_heads=max(1, hidden // 64), num_key_value_heads=max(1, hidden // 64),
+                         max_position_embeddings=4096, attn_implementation="sdpa", use_cache=False)
+    return LlamaForCausalLM(config).train()
+
+
+def _step(model: torch.nn.Module, ids: torch.Tensor) -> None:
+    logits = model(input_ids=ids).logits
+    loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1))
+    loss.backward()
+    model.zero_grad(set_to_none=True)
+
+
+def _forward_only(model: torch.nn.Module, ids: torch.Tensor, folder: Path) -> None:
+    with nbtrace.trace(model, folder, measure_rounding=False):
+        model(input_ids=ids)
+    _step_plain(model, ids)
+
+
+def _step_plain(model: torch.nn.Module, ids: torch.Tensor) -> None:
+    _step(model, ids)
+
+
+def _traced(model: torch.nn.Module, ids: torch.Tensor, folder: Path, **options) -> None:
+    with nbtrace.trace(model, folder, backward=True, **options):
+        _step(model, ids)
+
+
+def _median(rounds: int, run) -> float:
+    run()  # warm-up
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--seq", type=int, default=256)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=None)
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    warnings.simplefilter("ignore")
+    model = _model(args.layers, args.hidden)
+    ids = torch.randint(0, 1024, (2, args.seq), generator=torch.Generator().manual_seed(0))
+    with tempfile.TemporaryDirectory() as root:
+        folder = Path(root)
+        cases = {
+            "plain": lambda: _step_plain(model, ids),
+            "forward only": lambda: _forward_only(model, ids, folder / "f"),
+            "backward, no twin": lambda: _traced(model, ids, folder / "b", measure_rounding=False),
+            "backward, default": lambda: _traced(model, ids, folder / "d"),
+            "backward, full tensors": lambda: _traced(model, ids, folder / "s", measure_rounding=False,
+                                                      use_repr=False),
+        }
+        results = {name: _median(args.rounds, run) for name, run in cases.items()}
+    base = results["plain"]
+    print(f"Llama {args.layers} layers, hidden {args.hidden}, batch 2 x {args.seq} tokens, float32, "
+          f"{torch.get_num_threads()} threads, median of {args.rounds}:")
+    for name, seconds in results.items():
+        print(f"  {name:24s} {seconds * 1000:9.1f} ms  {seconds / base:5.2f}x")
+
+
+if __name__ == "__main__":
+    main()
