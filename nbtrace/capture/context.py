@@ -122,6 +122,14 @@ def _wrap_top_no_grad(forward: Callable) -> Callable:
     return untraced_top_forward
 
 
+def _unfit(model: nn.Module) -> str | None:
+    """``twin_unfit``, never raising: under several ranks the others wait for this rank's answer."""
+    try:
+        return twin_unfit(model)
+    except Exception as exc:  # noqa: BLE001 - what cannot be told is not run
+        return f"what its float64 twin would take could not be told ({type(exc).__name__}: {exc})"
+
+
 def _wrap_top_twin(twin: TwinRecorder) -> Callable[[Callable], Callable]:
     """A rank that does not record, where the ranks run their twins together: its forward, then its twin."""
     def make(forward: Callable) -> Callable:
@@ -198,7 +206,7 @@ def trace(
                       "only the float64 twin is recorded", stacklevel=3)
         mode = "twin"
     elif mode == "auto":
-        mode, skipped = "twin", twin_unfit(model) if records or together else None
+        mode, skipped = "twin", _unfit(model) if records or together else None
         if together:
             skipped = decide_together(skipped)
     meter = recorder.rounding = RoundingMeter(recorder, mode, padding_mask) if mode is not None and records else None
