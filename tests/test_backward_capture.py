@@ -79,6 +79,25 @@ def test_checkpointing_records_the_same_gradients(tmp_path, use_repr):
     assert stats[0] == stats[1]
 
 
+def test_a_reentrant_checkpoint_records_its_recomputation(tmp_path):
+    grads = []
+    for checkpoint in (False, True):
+        model = bm.build(3, checkpoint=checkpoint, reentrant=True, dropout=0.1).train()
+        _step(model, tmp_path / str(checkpoint), use_repr=False)
+        grads.append(nbtrace.load_trace(tmp_path / str(checkpoint)).backward.trace)
+    compared = 0
+    for plain, rerun in zip(grads[0].nodes(), grads[1].nodes()):
+        for io in ("outputs", "inputs"):
+            x, y = getattr(plain, io), getattr(rerun, io)
+            if isinstance(x, dict):  # the call's first argument
+                x, y = x["args"][0], y["args"][0] if isinstance(y, dict) else y
+            if isinstance(x, nbtrace.TensorValue):
+                assert isinstance(y, nbtrace.TensorValue), (plain.module_path, io)
+                torch.testing.assert_close(x.load(), y.load(), rtol=1e-5, atol=1e-8)
+                compared += 1
+    assert compared > 40  # the layers' calls too, which ran under no_grad inside the checkpoint
+
+
 def test_several_passes_and_forwards(tmp_path):
     model = bm.build(0).train()
     with nbtrace.trace(model, tmp_path, measure_rounding=False, backward=True) as rec:

@@ -57,7 +57,8 @@ def test_a_backward_bug_is_named_at_its_module(folders, dtype, bug, switches):
 
 CORRECT = [
     ("float32", {"sdpa": True}), ("float32", {"fused": True}), ("float32", {"checkpoint": True, "dropout": 0.1}),
-    ("float32", {"custom_act": True}), ("bfloat16", {"sdpa": True}), ("bfloat16", {"fused": True}),
+    ("float32", {"custom_act": True}), ("float32", {"checkpoint": True, "reentrant": True, "dropout": 0.1}),
+    ("bfloat16", {"sdpa": True}), ("bfloat16", {"fused": True}),
 ]
 
 

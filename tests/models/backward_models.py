@@ -1,7 +1,8 @@
 """A tiny Llama-like language model with switches for the training-parity tests (issue 38).
 
 Correct variants that compute the same function and the same gradients: eager or sdpa attention (``sdpa``),
-separate or fused q/k/v and gate/up projections (``fused``), gradient checkpointing on or off (``checkpoint``),
+separate or fused q/k/v and gate/up projections (``fused``), gradient checkpointing on or off (``checkpoint``;
+``reentrant``: torch's reentrant checkpoint),
 SiLU as ``nn.SiLU`` or as a custom ``autograd.Function`` with a right backward (``custom_act``).
 
 Bugs that live only in the backward pass (the forward is the same function), each in layer ``BUG_LAYER``:
@@ -142,7 +143,7 @@ class Layer(nn.Module):
 
 class TinyTrainLM(nn.Module):
     def __init__(self, *, fused: bool = False, sdpa: bool = False, checkpoint: bool = False, custom_act: bool = False,
-                 bug: str | None = None, dropout: float = 0.0, tied: bool = True) -> None:
+                 bug: str | None = None, dropout: float = 0.0, tied: bool = True, reentrant: bool = False) -> None:
         super().__init__()
         self.embed_tokens = nn.Embedding(VOCAB, HIDDEN)
         layers = []
@@ -162,12 +163,13 @@ class TinyTrainLM(nn.Module):
             self.lm_head.weight = self.embed_tokens.weight
         self.checkpoint = checkpoint or bug == "checkpoint_seed"
         self.preserve_rng = bug != "checkpoint_seed"
+        self.reentrant = reentrant
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         h = self.embed_tokens(ids)
         for layer in self.layers:
             if self.checkpoint and self.training:
-                h = checkpoint(layer, h, use_reentrant=False, preserve_rng_state=self.preserve_rng)
+                h = checkpoint(layer, h, use_reentrant=self.reentrant, preserve_rng_state=self.preserve_rng)
             else:
                 h = layer(h)
         return self.lm_head(self.norm(h))

@@ -54,17 +54,22 @@ class BackwardCapture:
         #: whether each forward's float64 twin runs its backward too (where the forward's twin runs: ``twin.py``)
         self.twin = meter is not None and getattr(getattr(meter, "twin", None), "skipped", None) is None
         self._twins: dict[int, dict[str, Any]] = {}  # forward index -> the twin's backward section
+        #: module path -> calls of the last forward that ran under ``no_grad``, waiting for their recomputation
+        self._waiting: dict[str, list[CallGrads]] = {}
 
     # -- the forward -----------------------------------------------------------
     def call_module(self, run: _ForwardRun, site: Site, forward: Any, args: tuple, kwargs: dict[str, Any]) -> Any:
         """``Recorder.call_module`` with grad kept on, values recorded detached, and the call's gradients hooked."""
         __tracebackhide__ = True
-        if run is None:  # gradient checkpointing recomputing a forward in the backward: run as without nbtrace
-            return forward(*args, **kwargs)
+        if run is None:  # gradient checkpointing recomputing a forward in the backward
+            return self._recompute(site.path, forward, args, kwargs)
         path = site.path
         count = run.calls[path] = run.calls.get(path, 0) + 1
         base = path if count == 1 else f"{path}@{count}"
-        args, kwargs, views, template = alias_inputs(args, kwargs)
+        if torch.is_grad_enabled():
+            args, kwargs, views, template = alias_inputs(args, kwargs)
+        else:  # no gradient flows through this run (inside a reentrant checkpoint: ``_recompute`` hooks its rerun)
+            views, template = [], None
         if kwargs:
             inputs = {"args": args, "kwargs": kwargs} if args else {"kwargs": kwargs}
         else:
@@ -97,6 +102,7 @@ class BackwardCapture:
 
         def watched(*_: Any, **__: Any) -> Any:
             __tracebackhide__ = True
+            self._waiting = {}  # an earlier forward's calls are not recomputed for this one
             state = random_state() if self.twin and root == self.recorder.class_name else None
             out = forward(*args, **kwargs)
             run = self.recorder._run
@@ -121,13 +127,31 @@ class BackwardCapture:
             self._twins[len(self.recorder)] = {"skipped": f"the twin's backward failed: {type(exc).__name__}: {exc}"}
 
     def watch(self, node: dict[str, Any], base: str, views: list[torch.Tensor], template: Any, out: Any) -> None:
-        """Hook the call's input views and outputs; its gradients are caught under ``base``."""
+        """Hook the call's input views and outputs; its gradients are caught under ``base``. A call that ran
+        under ``no_grad`` (inside a reentrant checkpoint) waits for its recomputation (``_recompute``)."""
         grads = CallGrads(base, len(self.recorder))
         grads.inputs = template
         tensors, grads.outputs = output_slots(out)
+        if not torch.is_grad_enabled():
+            self._waiting.setdefault(_path(base), []).append(grads)
         hook_all(views, "inputs", grads, self._catch, self._handles)
         hook_all(tensors, "outputs", grads, self._catch, self._handles)
         self._calls[id(node)] = grads
+
+    def _recompute(self, path: str, forward: Any, args: tuple, kwargs: dict[str, Any]) -> Any:
+        """A module called while autograd runs a backward: checkpointing recomputing its forward. As without
+        nbtrace, unless the call's first run was under ``no_grad`` (a reentrant checkpoint, whose backward runs
+        the recomputed graph): then its recomputation is hooked in its place, the calls of each path in order."""
+        waiting = self._waiting.get(path)
+        if not waiting or not torch.is_grad_enabled() or self._closed:
+            return forward(*args, **kwargs)
+        grads = waiting.pop(0)
+        args, kwargs, views, grads.inputs = alias_inputs(args, kwargs)
+        out = forward(*args, **kwargs)
+        tensors, grads.outputs = output_slots(out)
+        hook_all(views, "inputs", grads, self._catch, self._handles)
+        hook_all(tensors, "outputs", grads, self._catch, self._handles)
+        return out
 
     def forward_done(self, index: int, top: dict[str, Any], root: dict[str, Any]) -> None:
         """The forward ``index`` is written: keep its pruned tree of calls; calls pruning left out stop listening."""
@@ -201,6 +225,12 @@ class BackwardCapture:
             handle.remove()
         self._handles, self._parameters = [], []
         self._calls, self._detached = {}, {}
+
+
+def _path(name: str) -> str:
+    """A call's module path from its name (``<path>@<n>``)."""
+    head, at, count = name.rpartition("@")
+    return head if at and count.isdigit() else name
 
 
 def enter_top(capture: BackwardCapture | None, forward: Any, args: tuple, kwargs: dict[str, Any], root: str) -> tuple:

@@ -89,9 +89,10 @@ def twin_backward(model: nn.Module, class_name: str, args: tuple, kwargs: dict[s
     order: list[str] = []
     counts: dict[str, int] = {}
     first: dict[str, str] = {}  # module path -> its first call's name
+    waiting: dict[str, list[str]] = {}  # module path -> calls run under no_grad, waiting for their recomputation
     for name, module in copy.named_modules():
         path = f"{class_name}.{name}" if name else class_name
-        module.forward = _hooked(module.forward, path, counts, order, first, prints)
+        module.forward = _hooked(module.forward, path, counts, order, first, prints, waiting)
     wide_args, wide_kwargs = upcast((args, kwargs))
     with float64_twin():
         torch.set_rng_state(state[0])
@@ -111,21 +112,31 @@ def twin_backward(model: nn.Module, class_name: str, args: tuple, kwargs: dict[s
 
 
 def _hooked(forward: Any, path: str, counts: dict[str, int], order: list[str], first: dict[str, str],
-            prints: _Prints) -> Any:
+            prints: _Prints, waiting: dict[str, list[str]]) -> Any:
     def hooked(*args: Any, **kwargs: Any) -> Any:
-        if in_backward():  # a checkpoint recomputing: as the run does, without hooks, float64 through its casts
+        if in_backward():  # a checkpoint recomputing, float64 through its casts: hooked only where its first run
+            queue = waiting.get(path)  # was under no_grad (a reentrant checkpoint), as the capture does
             with Widen():
-                return forward(*args, **kwargs)
+                if not queue or not torch.is_grad_enabled():
+                    return forward(*args, **kwargs)
+                return _watched(forward, queue.pop(0), prints, args, kwargs)
         count = counts[path] = counts.get(path, 0) + 1
         name = path if count == 1 else f"{path}@{count}"
         first.setdefault(path, name)
         order.append(name)
-        args, kwargs, views, _ = alias_inputs(args, kwargs)
-        out = forward(*args, **kwargs)
-        tensors, _ = output_slots(out)
-        for io, watched in (("inputs", views), ("outputs", tensors)):
-            for i, tensor in enumerate(watched):
-                tensor.register_hook(lambda grad, place=f"{io}.{i}": prints.put(name, place, grad))
-        return out
+        if not torch.is_grad_enabled():
+            waiting.setdefault(path, []).append(name)
+            return forward(*args, **kwargs)
+        return _watched(forward, name, prints, args, kwargs)
 
     return hooked
+
+
+def _watched(forward: Any, name: str, prints: _Prints, args: tuple, kwargs: dict[str, Any]) -> Any:
+    args, kwargs, views, _ = alias_inputs(args, kwargs)
+    out = forward(*args, **kwargs)
+    tensors, _ = output_slots(out)
+    for io, watched in (("inputs", views), ("outputs", tensors)):
+        for i, tensor in enumerate(watched):
+            tensor.register_hook(lambda grad, place=f"{io}.{i}": prints.put(name, place, grad))
+    return out
