@@ -27,7 +27,7 @@ piece):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -125,7 +125,6 @@ class _Piece:
     numbers: torch.Tensor  # what the twin's collector keeps for the tensor (filled in for a DTensor)
     shape: tuple[int, ...]
     mesh: list[int] | None = None  # a DTensor's mesh ranks, whose shares add up; None: a plain tensor
-    readings: dict[str, tuple[tuple[int, ...], torch.Tensor]] = field(default_factory=dict)
 
 
 class RankTwin:
@@ -145,13 +144,13 @@ class RankTwin:
         return {"world_size": self.world, "rank": self.rank, "read": len(self.read)}
 
     def fingerprint(self, value: torch.Tensor, valid: torch.Tensor | None, layout: bool = True) -> torch.Tensor:
-        """The collector's fingerprint of ``value``; a DTensor's is the whole's once ``finish`` has run. (``layout``:
-        the collector's wish for layout sums, which a piece cannot give: its first ``WIDTH`` numbers travel.)"""
+        """The collector's fingerprint of ``value``; a DTensor's is the whole's once ``finish`` has run. ``layout``: a
+        plain tensor's layout sums too (``fingerprint.py``); the wholes and readings made of pieces have none."""
         from torch.distributed.tensor import DTensor
 
         if isinstance(value, DTensor):
             return self._dtensor(value, valid)
-        numbers = fingerprint(value, valid)
+        numbers = fingerprint(value, valid, layout)
         shape = tuple(value.shape)
         rows = [torch.cat([numbers[:WIDTH], numbers.new_tensor([float(value.numel())])])]
         for dim in range(value.dim()):  # the reading "Shard(dim)": this rank's piece at its place along dim
