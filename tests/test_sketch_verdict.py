@@ -98,13 +98,14 @@ def test_a_correct_variant_is_never_named(tmp_path, dtype, port):
         assert c.first_divergence is None, (seed, c.first_divergence.module_path)
 
 
-def test_the_sketch_keeps_pruned_calls_and_a_malformed_one_is_a_format_error(tmp_path):
+def test_pruned_blocks_are_not_sketched_and_a_malformed_sketch_is_a_format_error(tmp_path):
     reference = ip.build(WIDTH, torch.float32, SEEDS[0], 4)
     folder = _folder(reference, tmp_path / "a", SEEDS[0])
     trace = nbtrace.load_trace(folder)
     sketch = sketch_of(trace)
-    assert f"{P}.layers.1" not in {n.module_path for n in trace.nodes()}  # pruned from the files...
-    assert f"{P}.layers.1.mlp.act_fn" in sketch.calls and f"({P}.layers.1.mlp.act_fn" in sketch.events  # kept here
+    assert f"{P}.layers.1" not in {n.module_path for n in trace.nodes()}  # pruned from the files, and not sketched
+    assert f"{P}.layers.3.mlp.act_fn" in sketch.calls and f"{P}.layers.1.mlp.act_fn" not in sketch.calls
+    assert f"{P}.layers.0.mlp.down_proj" not in sketch.calls  # a linear map: its weights are the fingerprints'
     assert sketch.padding is not None and sketch.calls[f"{P}.layers.0.mlp.act_fn"]["out"].kept > 0
     side = next(folder.glob("*_NBTRACE.json"))
     document = json.loads(side.read_text())

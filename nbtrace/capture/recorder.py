@@ -127,7 +127,7 @@ class Recorder:
         grad = torch.is_grad_enabled()
         _set_grad_enabled(False)  # torch.no_grad(), without the cost of a context manager per call
         if run.sketch is not None:
-            run.sketch.enter(base, args, kwargs, None if site.has_children else forward)
+            run.sketch.enter(base, args, kwargs, site, forward)
         try:
             try:
                 out = forward(*args, **kwargs)
@@ -137,7 +137,7 @@ class Recorder:
             run.close(node, error=exc)
             raise
         if run.sketch is not None:
-            run.sketch.leave(base, out, None if site.has_children else forward)
+            run.sketch.leave(base, out)
         try:
             if not site.has_children:
                 run.record(node, "outputs", out, f"{base}_outputs")
@@ -177,7 +177,7 @@ class Recorder:
             probe = GenerationProbe.start(args, kwargs) if module is self.model else None
             measures = self.rounding.start(run, args, kwargs, module) if self.rounding is not None else None
             if self.rounding is None:  # no twin: the run's own sketch (``sketch.py``)
-                run.sketch = RunSketch(run.serialize.batch, args, kwargs)
+                run.sketch = RunSketch(run.serialize.batch, args, kwargs, run.speculation)
                 run.sketch.enter(root, args, kwargs)
             try:
                 out = forward(*args, **kwargs)
@@ -309,7 +309,7 @@ class Recorder:
             if self.use_repr and kept:
                 run.sidecar[INPUTS_SECTION] = inputs_section(kept)
         if run.sketch is not None:
-            run.sidecar[SKETCH_SECTION] = run.sketch.section(root)
+            run.sidecar[SKETCH_SECTION] = run.sketch.section()
         if self.rank_plan is not None and run.layouts is not None:
             run.sidecar[DISTRIBUTED] = self.rank_plan.section(root, run.layouts)
         recorded.generation = run.generation_done() if run.generation_done is not None else None

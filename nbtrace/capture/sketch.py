@@ -3,14 +3,14 @@
 A trace recorded without its float64 twin (``measure_rounding=False``, transformers' drop-in) holds, for printed
 values, only their corners; two such folders cannot tell how far a call's inputs and outputs differ. The sketch
 keeps, for each float input and output of every leaf call that holds no matrix of its own (elementwise functions,
-norms; calls pruning leaves out of the files too: ``_sketched``), the twin
+norms: ``_sketched``) and that pruning keeps in the files, the twin
 fingerprint's 16 random-sign sums (``twin/fingerprint.py``, the same signs and chunks) of the run's own tensor in
 float64, padding rows left out, with the count kept and their sum of squares. Two folders' sketches then give at
 every call an estimate of ``‖x_b − x_a‖`` (the sums' difference: its expected sum of squares is ``‖Δ‖²``), the exact
 norms of both sides, and whether the two tensors are the same bit for bit (``diff/verdict/sketch_verdict.py``).
 
 Each distinct tensor is sketched once per forward (a leaf's input is mostly an earlier leaf's output); an in-place
-change makes it new again. Four passes over a tensor, its numbers joining the forward's one transfer
+change makes it new again. Three passes over a tensor, its numbers joining the forward's one transfer
 (``HostBatch``): nothing is read back during the forward. A tensor that holds a NaN, an infinity or a sentinel (a
 mask's fill), or that cannot be sketched, is left out, never an exception.
 """
@@ -25,12 +25,12 @@ import torch
 
 from ..core.sketch import SKETCH_VERSION
 from ..core.twin import SUMS, TwinPrint
-from .recorded import named_calls
 from .twin.forward import find_valid
 from .twin.print_numbers import padding_text
 from .twin.signs import CHUNK, SEED_S, SENTINEL, chunk_signs, sign_sequence, valid_shape
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .speculate import Site, Speculation
     from .transfer import HostBatch, Slot
 
 _MAX_DEPTH = 16
@@ -39,8 +39,10 @@ _MAX_DEPTH = 16
 class RunSketch:
     """The sketches of one top-level forward, on their way to the host."""
 
-    def __init__(self, batch: HostBatch, args: tuple, kwargs: dict[str, Any]) -> None:
+    def __init__(self, batch: HostBatch, args: tuple, kwargs: dict[str, Any], speculation: Speculation) -> None:
         self.batch = batch
+        self._speculation = speculation
+        self._open: set[str] = set()  # the leaves sketched at their start, until they return
         self.valid: torch.Tensor | None = None
         try:
             self.valid = find_valid(args, kwargs).valid
@@ -52,17 +54,18 @@ class RunSketch:
             weights = torch.arange(flags.numel(), device=flags.device) % 65521 + 1
             self.padding = list(self.valid.shape), batch.add(torch.stack([flags.sum(), (flags * weights).sum()]))
         self.calls: dict[str, dict[str, tuple[tuple[int, ...], Slot]]] = {}
-        self.events: list[str] = []
         self._seen: dict[int, tuple[Any, Slot, int | None]] = {}
         self._masks: dict[tuple[tuple[int, ...], int, torch.device], tuple[torch.Tensor, Slot]] = {}
 
-    def enter(self, key: str, args: tuple, kwargs: dict[str, Any], leaf: Any = None) -> None:
-        """A call starts: the float inputs of a leaf (``leaf``: its forward) that a bound can judge, sketched before
-        its code can change them in place. A call with children (``leaf`` None) only marks its place: what it reads
-        and returns is its children's."""
-        self.events.append("(" + key)
-        if not _sketched(leaf):
+    def enter(self, key: str, args: tuple, kwargs: dict[str, Any], site: Site | None = None,
+              forward: Any = None) -> None:
+        """A call starts (``site``: where, ``forward``: what runs): the float inputs of a leaf a bound can judge
+        (``_sketched``), sketched before its code can change them in place. A call with children only marks its
+        place (what it reads and returns is its children's), and so does a leaf of a layer block that pruning
+        will leave out of the files (``speculate.py``): without its printed values no operation is read there."""
+        if site is None or site.has_children or self._speculation.deferring is not None or not _sketched(forward):
             return
+        self._open.add(key)
         found: dict[str, tuple[tuple[int, ...], Slot, Slot | int]] = {}
         for i, value in enumerate(args):
             self._walk(value, f"args.{i}", found, 0)
@@ -70,10 +73,10 @@ class RunSketch:
             self._walk(value, f"kwargs.{name}", found, 0)
         self.calls[key] = found
 
-    def leave(self, key: str, out: Any, leaf: Any = None) -> None:
+    def leave(self, key: str, out: Any) -> None:
         """A call returned ``out``: a sketched leaf's float outputs."""
-        self.events.append(")" + key)
-        if _sketched(leaf):
+        if key in self._open:
+            self._open.discard(key)
             self._walk(out, "out", self.calls.setdefault(key, {}), 0)
 
     def _walk(self, value: Any, place: str, found: dict, depth: int) -> None:
@@ -108,12 +111,12 @@ class RunSketch:
 
     def _numbers(self, x: torch.Tensor) -> tuple[torch.Tensor, Slot | int]:
         """The fingerprint's 16 sums (``twin/fingerprint.py``: the same signs and chunks) of ``x``'s values in float64
-        with padding rows zeroed, and their sum of squares (four passes over ``x``); and how many were kept. NaNs and
+        with padding rows zeroed, and their sum of squares (three passes over ``x``); and how many were kept. NaNs and
         sentinels are not left out as the twin's fingerprint leaves them: they make the numbers unusable
         (``_entry``)."""
         with torch._C.DisableTorchFunction():
             device = x.device
-            values = x.detach().to(torch.float64)
+            values = x.detach()
             kept: Slot | int = x.numel()
             shape = valid_shape(tuple(x.shape), tuple(self.valid.shape)) if self.valid is not None else None
             if shape is not None:
@@ -122,11 +125,15 @@ class RunSketch:
             values = values.reshape(-1)
             full, rest = divmod(values.numel(), CHUNK)
             w, s = _signs(device, full + 1)
-            if rest:  # the last chunk's missing elements count as zeros
-                values = torch.cat([values, values.new_zeros(CHUNK - rest)])
-                full += 1
-            signed = (values.view(full, CHUNK // SUMS, SUMS) * s).sum(1)  # each chunk's 16 signed sums
-            return torch.cat([w[:full] @ signed, torch.dot(values, values).reshape(1)]), kept
+            # the whole chunks in float64, each times its sign (W's are ±1: the squares are the values'), summed
+            signed = values[: full * CHUNK].view(full, CHUNK) * w[:full, None]
+            folded = signed.sum(0)
+            sumsq = torch.dot(signed.view(-1), signed.view(-1))
+            if rest:  # the last chunk, its missing elements zeros
+                tail = values[full * CHUNK:].to(torch.float64)
+                folded[:rest] += w[full] * tail
+                sumsq = sumsq + torch.dot(tail, tail)
+            return torch.cat([(folded.view(CHUNK // SUMS, SUMS) * s).sum(0), sumsq.reshape(1)]), kept
 
     def _keep(self, shape: tuple[int, ...], times: int, device: torch.device) -> tuple[torch.Tensor, Slot]:
         """The padding mask broadcast to ``shape`` (bool), and the slot of how many of ``times`` such blocks keep."""
@@ -138,9 +145,8 @@ class RunSketch:
             found = self._masks[(shape, times, device)] = keep, count
         return found
 
-    def section(self, root: dict[str, Any]) -> dict[str, Any]:
-        """The sidecar's ``sketch`` section (after the forward's transfer), for the tree as written (``root``):
-        every call sketched, and the calls' order (``events``) where pruning left some out of the files."""
+    def section(self) -> dict[str, Any]:
+        """The sidecar's ``sketch`` section (``core/sketch.py``), once the forward's numbers are on the host."""
         self._seen = {}
         section: dict[str, Any] = {"version": SKETCH_VERSION, "sums": SUMS, "padding": None, "calls": {}}
         if self.padding is not None:
@@ -150,9 +156,6 @@ class RunSketch:
                        if (entry := _entry(shape, slot.values(), kept)) is not None}
             if entries:
                 section["calls"][key] = entries
-        written = {key for key, _ in named_calls(root)}
-        if any(key not in written for key in self.calls):
-            section["events"] = list(self.events)
         return section
 
 

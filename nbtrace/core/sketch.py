@@ -1,16 +1,14 @@
 """The run's own sketch a trace recorded without its twin: the sidecar section ``sketch``, read as ``sketch_of``.
 
 A trace recorded without the float64 twin (``measure_rounding=False``; transformers' drop-in) keeps, at every leaf
-call, the fingerprint of each float input and output *as the run computed it* (``capture/sketch.py``): 16 random-sign
-sums of its values, padding rows left out. The section has the ``twin`` section's layout (``core/twin.py``)::
+call that holds no matrix and that pruning keeps in the files, the fingerprint of each float input and output *as
+the run computed it* (``capture/sketch.py``): 16 random-sign sums of its values, padding rows left out. The section has the ``twin`` section's layout (``core/twin.py``)::
 
     {"version": 1, "sums": 16, "padding": "<digest of the padding mask>" | null,
-     "calls": {"<call name>": {"<place>": {"shape": [..], "p": "<base64 of 16 float64>", "n": kept, "rms": x}}},
-     "events": ["(<call name>", ")<call name>", ...]}
+     "calls": {"<call name>": {"<place>": {"shape": [..], "p": "<base64 of 16 float64>", "n": kept, "rms": x}}}}
 
 ``n`` elements were kept (padding rows left out; a tensor holding NaNs or sentinels is not sketched), ``rms`` is
-their RMS (exact: their sum of squares in float64). ``events`` (only where pruning left calls out of the files)
-lists every call's start and end in call order. A malformed section is a TraceFormatError naming the sidecar.
+their RMS (exact: their sum of squares in float64). A malformed section is a TraceFormatError naming the sidecar.
 """
 
 from __future__ import annotations
