@@ -83,6 +83,19 @@ def test_gradient_table_and_plot(folders):
     assert xs == [0, 2]  # layer 1 of 3 is pruned from the files
 
 
+def test_forward_and_backward_side_by_side(folders):
+    from nbtrace.render.backward_frame import side_by_side
+
+    trace = nbtrace.load_trace(folders["a"])
+    table = side_by_side(trace).set_index("module_path")
+    row = table.loc["TinyTrainLM.layers.0.mlp.down_proj"]
+    grads = trace.backward.last
+    weight = grads.module_parameters("TinyTrainLM.layers.0.mlp.down_proj")["weight"]
+    assert row["parameters"] == 1
+    assert row["parameter_grad_norm"] == pytest.approx((weight.mean ** 2 + weight.std ** 2) ** 0.5 * weight.numel ** 0.5)
+    assert row["grad_output_rms"] > 0 and row["output_rms"] > 0
+
+
 def test_modeltrace_backward(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     ip = InteractiveShell.instance()

@@ -106,3 +106,40 @@ def _first_tensor(value: Any) -> TensorValue | None:
             if found is not None:
                 return found
     return None
+
+
+_SIDE_SCHEMA = (
+    ("node", "int"),
+    ("module_path", "str"),
+    ("depth", "int"),
+    ("call_index", "int"),
+    ("layer", "Int64"),
+    ("output_rms", "float"),
+    ("grad_output_rms", "float"),
+    ("grad_input_rms", "float"),
+    ("parameters", "int"),
+    ("parameter_grad_norm", "float"),
+)
+
+
+def side_by_side(trace: Any, grad_pass: int = -1) -> pandas.DataFrame:
+    """Each call's forward and backward in one row: the RMS of its (first) output in the forward, of the gradient
+    that reached it and of what it sent to its (first) input in backward pass ``grad_pass``, and the norm of its
+    own parameters' gradients (``parameters``: how many)."""
+    backward = trace.backward
+    if backward is None:
+        raise ValueError(f"{trace.model_name} has no backward pass recorded (trace it with backward=True)")
+    chosen = backward.passes[grad_pass]
+    rows = Columns(_SIDE_SCHEMA)
+    for forward, grads in zip(trace.nodes(), chosen.trace.nodes()):
+        own = chosen.module_parameters(forward.module_path) if forward.call_index == 0 else {}
+        norms = [rms_of(t) * math.sqrt(math.prod(t.shape)) for t in own.values() if rms_of(t) is not None]
+        out = _first_tensor(forward.outputs)
+        sent, arrived = _first_tensor(grads.inputs), _first_tensor(grads.outputs)
+        rows.add(node=forward.index, module_path=forward.module_path, depth=forward.depth,
+                 call_index=forward.call_index, layer=forward.layer,
+                 output_rms=rms_of(out) if out is not None else None,
+                 grad_output_rms=rms_of(arrived) if arrived is not None else None,
+                 grad_input_rms=rms_of(sent) if sent is not None else None, parameters=len(own),
+                 parameter_grad_norm=math.sqrt(sum(n * n for n in norms)) if norms else None)
+    return rows.frame("forward and backward table")
