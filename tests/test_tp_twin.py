@@ -79,9 +79,9 @@ def test_a_bad_piece_on_one_rank_is_named_at_its_module_from_two_default_folders
 
 def test_on_four_ranks_too(folders, tmp_path_factory):
     root = tmp_path_factory.mktemp("tp_twin4")
-    chosen = ["dtensor", "megatron", "megatron_up", "megatron_norm"]  # the hand split: its readings of 4 pieces
+    chosen = ["dtensor", "megatron_up", "megatron_norm"]  # the hand split: its readings of 4 pieces
     launch(WORKER, [str(root), ",".join(chosen)], 4, root / "logs", timeout=240)
-    assert nbtrace.load_trace(root / "megatron").sidecar["twin"]["ranks"] == {"world_size": 4, "rank": 0, "read": 34}
+    assert nbtrace.load_trace(root / "megatron_up").sidecar["twin"]["ranks"] == {"world_size": 4, "rank": 0, "read": 34}
     for variant in chosen:
         comparison = nbtrace.compare(folders / "single", root / variant)
         first = comparison.first_divergence
@@ -92,9 +92,9 @@ def test_on_four_ranks_too(folders, tmp_path_factory):
 def test_every_rank_ran_every_variant_and_a_rank_tracing_alone_waits_for_no_one(folders):
     seconds = [json.loads((folders / f"seconds_rank{rank}.json").read_text()) for rank in (0, 1)]
     assert set(seconds[0]) == set(VARIANTS) | {"alone"} and set(seconds[1]) == set(VARIANTS)
-    assert 3.0 <= seconds[0]["alone"] < 30  # it waited for the others as long as it was told, then went on alone
+    assert 1.0 <= seconds[0]["alone"] < 30  # it waited for the others as long as it was told, then went on alone
     alone = nbtrace.load_trace(folders / "alone").sidecar["twin"]
-    assert alone["calls"] == {} and "not every rank started nbtrace.trace within 3 s" in alone["skipped"]
+    assert alone["calls"] == {} and "not every rank started nbtrace.trace within 1 s" in alone["skipped"]
     again = nbtrace.load_trace(folders / "again")  # the ranks' next block: together again
     assert "skipped" not in again.sidecar["twin"] and nbtrace.compare(folders / "single", again).agree
 
@@ -111,8 +111,10 @@ def test_the_pieces_fingerprints_add_up_to_the_whole(seed):
             for piece in x.chunk(parts, dim):  # uneven pieces too
                 start = [0] * len(shape)
                 start[dim] = offset
-                total = total + placed_fingerprint(piece, shape, start, valid)
+                total = total + placed_fingerprint(piece, shape, start, valid, layout=True)
                 offset += piece.shape[dim]
-            whole = fingerprint(x, valid)[:WIDTH]  # the 16 sums and the counts (not the layout sums a piece lacks)
-            assert torch.equal(total[16:], whole[16:]) or torch.allclose(total[16:], whole[16:], rtol=1e-14)
-            assert float((total[:16] - whole[:16]).abs().max()) <= 1e-14 * float(whole[17].sqrt())
+            whole = fingerprint(x, valid)  # the 16 sums, the counts, the layout sums of three or more axes
+            assert total.shape == whole.shape == (WIDTH + (8 if len(shape) == 3 else 0),)
+            assert torch.allclose(total[16:WIDTH], whole[16:WIDTH], rtol=1e-14)
+            for sums in (slice(0, 16), slice(WIDTH, None)) if len(shape) == 3 else (slice(0, 16),):
+                assert float((total[sums] - whole[sums]).abs().max()) <= 1e-14 * float(whole[17].sqrt())

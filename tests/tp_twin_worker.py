@@ -59,7 +59,7 @@ def main(out: Path, names: list[str] | None = None) -> None:
         (out / f"seconds_rank{dist.get_rank()}.json").write_text(json.dumps(seconds))
         dist.destroy_process_group()
         return
-    ranks_twin.MEET_SECONDS = 3.0  # rank 0 traces a model of its own alone: no twin, and no wait for the others
+    ranks_twin.MEET_SECONDS = 1.0  # rank 0 traces a model of its own alone: no twin, and no wait for the others
     if dist.get_rank() == 0:
         started = time.perf_counter()
         with torch.no_grad(), nbtrace.trace(reference, out / "alone"):

@@ -5,7 +5,8 @@ row-major order, goes to sum ``g mod 16`` with the sign ``W[g // 4096]·S[g mod 
 of the whole (a ``Shard(d)`` piece: its local tensor and the offset of its first element in each dimension) can
 compute its block's share with the signs of the positions its elements hold in the whole; the shares of the pieces
 that tile the whole add up to the whole's fingerprint (exactly, up to float64's summation order), and so do the
-counts of kept and left-out elements and the sums of squares. Nothing is gathered: 19 numbers per piece cross
+counts of kept and left-out elements and the sums of squares; and so do the layout sums (each element signed by
+one sign per axis, drawn by the whole's axis size, at the index the element holds along it). Nothing is gathered: 28 numbers per piece cross
 between ranks (``ranks.py``), never the tensor.
 
 The padding mask (``valid``, the run's ``(batch, sequence)`` mask) applies to the whole's shape, so each piece
@@ -18,10 +19,12 @@ from collections.abc import Sequence
 
 import torch
 
-from .signs import CHUNK, SEED_S, SENTINEL, SUMS, WIDTH, chunk_signs, sign_sequence, valid_shape
+from .signs import (AXIS_RANK, AXIS_SUMS, CHUNK, SEED_S, SENTINEL, SUMS, WIDTH, axis_signs, chunk_signs,
+                    sign_sequence, valid_shape)
 
 _S: dict[torch.device, torch.Tensor] = {}
 _W: dict[torch.device, torch.Tensor] = {}
+_AXES: dict[tuple[int, torch.device], torch.Tensor] = {}
 
 
 def _signs(device: torch.device, chunks: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -43,11 +46,13 @@ def _strides(shape: Sequence[int]) -> list[int]:
 
 
 def placed_fingerprint(x: torch.Tensor, whole: Sequence[int], offset: Sequence[int],
-                       valid: torch.Tensor | None = None) -> torch.Tensor:
+                       valid: torch.Tensor | None = None, layout: bool = False) -> torch.Tensor:
     """The share of the block ``x`` (a plain local tensor) in the fingerprint of a tensor of shape ``whole``, the
     block starting at ``offset`` in each dimension: ``WIDTH`` float64 numbers on ``x``'s device (the 16 sums, the
     kept elements, their sum of squares, the valid elements left out), which add up over the blocks that tile the
-    whole to ``fingerprint(whole tensor, valid)``."""
+    whole to ``fingerprint(whole tensor, valid)``; with ``layout``, where the whole has three or more axes longer
+    than one, its share of the layout sums follows (each axis's signs drawn by the whole's size, at the rows the
+    block holds), which adds up to the whole's too."""
     with torch._C.DisableTorchFunction():
         x = x.detach()
         whole, offset = list(whole), list(offset)
@@ -58,8 +63,9 @@ def placed_fingerprint(x: torch.Tensor, whole: Sequence[int], offset: Sequence[i
             raise ValueError(f"a block of shape {list(x.shape)} at {offset} is not inside a tensor of shape {whole}")
         x = x.to(torch.float64)
         device = x.device
+        wide = layout and sum(1 for n in whole if n != 1) >= AXIS_RANK
         if x.numel() == 0:
-            return torch.zeros(WIDTH, dtype=torch.float64, device=device)
+            return torch.zeros(WIDTH + (AXIS_SUMS if wide else 0), dtype=torch.float64, device=device)
         index = torch.zeros((), dtype=torch.int64, device=device)
         for dim, (size, start, stride) in enumerate(zip(x.shape, offset, _strides(whole))):
             shape = [1] * x.dim()
@@ -80,7 +86,28 @@ def placed_fingerprint(x: torch.Tensor, whole: Sequence[int], offset: Sequence[i
             0, index % CHUNK, values * w[index // CHUNK])
         sums = (folded * s).view(-1, SUMS).sum(0)
         kept = ok.sum().to(torch.float64)
-        return torch.cat([sums, torch.stack([kept, torch.dot(values, values), counted - kept])])
+        numbers = torch.cat([sums, torch.stack([kept, torch.dot(values, values), counted - kept])])
+        return torch.cat([numbers, _layout_share(values.view(x.shape), whole, offset)]) if wide else numbers
+
+
+def _axis(size: int, device: torch.device) -> torch.Tensor:
+    found = _AXES.get((size, device))
+    if found is None:
+        found = _AXES[size, device] = torch.tensor(axis_signs(size), dtype=torch.float64,
+                                                   device=device).view(size, AXIS_SUMS)
+    return found
+
+
+def _layout_share(values: torch.Tensor, whole: Sequence[int], offset: Sequence[int]) -> torch.Tensor:
+    """The block's share of the whole's ``AXIS_SUMS`` layout sums (``fingerprint.layout_sums``): over the axes the
+    whole holds longer than one, the last contracted with its signs' rows the block covers, then each earlier one."""
+    dims = [d for d, n in enumerate(whole) if n != 1]
+    block = values.reshape([values.shape[d] for d in dims])  # the whole's axes of one are the block's too
+    rows = [_axis(whole[d], values.device)[offset[d]:offset[d] + block.shape[k]] for k, d in enumerate(dims)]
+    found = block.reshape(-1, block.shape[-1]) @ rows[-1]
+    for k in reversed(range(len(dims) - 1)):
+        found = (found.view(-1, block.shape[k], AXIS_SUMS) * rows[k]).sum(1)
+    return found.view(AXIS_SUMS)
 
 
 def _numel(shape: Sequence[int]) -> int:

@@ -10,8 +10,8 @@ rank), never by one rank alone (it would leave the others waiting in a collectiv
 
 What a call's tensor is on one rank is a piece of the tensor the single-device original computes. ``RankTwin``
 fingerprints each so that the recording rank's twin holds the whole's fingerprint (``placed.py``: a piece's share,
-from the positions its elements hold in the whole; the shares of all ranks gathered once per run, 20 numbers a
-piece):
+from the positions its elements hold in the whole; the shares of all ranks gathered once per run, 28 numbers a
+piece, the layout sums' shares among them):
 
 - a DTensor: its placements say where the piece sits (``Shard(d)`` blocks, uneven ones too; ``Replicate()``
   counted once, on the mesh's first coordinate; ``Partial`` made whole by its own redistribution first); the
@@ -27,20 +27,22 @@ piece):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from .fingerprint import fingerprint
 from .placed import placed_fingerprint
-from .signs import KEPT, LEFT_OUT, SUMS, SUMSQ, WIDTH
+from .signs import AXIS_SUMS, KEPT, LEFT_OUT, SUMS, SUMSQ, WIDTH, axis_shape
 
 if TYPE_CHECKING:  # pragma: no cover
     from .forward import TwinRun
 
 #: the separator of a reading's place: ``out|Shard(2)``, ``out|Partial(sum)``, ``out|rank1``
 MARK = "|"
+#: the numbers one share carries between ranks: a fingerprint's, its layout sums (or zeros), the piece's size
+ROW = WIDTH + AXIS_SUMS + 1
 #: two ranks' fingerprints of a replicated tensor agree to float64's summation order at most this relative much
 SAME = 1e-12
 
@@ -125,6 +127,7 @@ class _Piece:
     numbers: torch.Tensor  # what the twin's collector keeps for the tensor (filled in for a DTensor)
     shape: tuple[int, ...]
     mesh: list[int] | None = None  # a DTensor's mesh ranks, whose shares add up; None: a plain tensor
+    widths: list[int] = field(default_factory=list)  # how many numbers each row holds (layout sums or not)
 
 
 class RankTwin:
@@ -144,25 +147,28 @@ class RankTwin:
         return {"world_size": self.world, "rank": self.rank, "read": len(self.read)}
 
     def fingerprint(self, value: torch.Tensor, valid: torch.Tensor | None, layout: bool = True) -> torch.Tensor:
-        """The collector's fingerprint of ``value``; a DTensor's is the whole's once ``finish`` has run. ``layout``: a
-        plain tensor's layout sums too (``fingerprint.py``); the wholes and readings made of pieces have none."""
+        """The collector's fingerprint of ``value``; a DTensor's is the whole's once ``finish`` has run. ``layout``:
+        the layout sums too (``fingerprint.py``), of the whole and of each reading, from the pieces' shares."""
         from torch.distributed.tensor import DTensor
 
         if isinstance(value, DTensor):
-            return self._dtensor(value, valid)
+            return self._dtensor(value, valid, layout)
         numbers = fingerprint(value, valid, layout)
         shape = tuple(value.shape)
-        rows = [torch.cat([numbers[:WIDTH], numbers.new_tensor([float(value.numel())])])]
+        rows = [_row(numbers, value.numel())]
+        widths = [len(numbers)]
         for dim in range(value.dim()):  # the reading "Shard(dim)": this rank's piece at its place along dim
             whole = list(shape)
             whole[dim] *= self.world
             offset = [0] * len(shape)
             offset[dim] = self.rank * shape[dim]
-            rows.append(torch.cat([placed_fingerprint(value, whole, offset, valid), numbers.new_zeros(1)]))
-        self._pieces.append(_Piece(rows, numbers, shape))
+            share = placed_fingerprint(value, whole, offset, valid, layout)
+            rows.append(_row(share))
+            widths.append(len(share))
+        self._pieces.append(_Piece(rows, numbers, shape, widths=widths))
         return numbers
 
-    def _dtensor(self, value: Any, valid: torch.Tensor | None) -> torch.Tensor:
+    def _dtensor(self, value: Any, valid: torch.Tensor | None, layout: bool) -> torch.Tensor:
         from torch.distributed.tensor import Replicate
         from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
@@ -174,14 +180,15 @@ class RankTwin:
         coord = mesh.get_coordinate()
         whole = tuple(value.shape)
         counted = coord is not None and all(c == 0 for c, p in zip(coord, placements) if p.is_replicate())
+        width = _width(whole + ((2,) if local.is_complex() else ()), layout)  # as ``placed_fingerprint`` gives it
         if counted:
             _, offset = compute_local_shape_and_global_offset(whole, mesh, placements)
-            share = placed_fingerprint(local, whole, offset, valid)
+            share = placed_fingerprint(local, whole, offset, valid, layout)
         else:
-            share = torch.zeros(WIDTH, dtype=torch.float64, device=local.device)
-        numbers = torch.zeros(WIDTH, dtype=torch.float64, device=local.device)
+            share = torch.zeros(width, dtype=torch.float64, device=local.device)
+        numbers = torch.zeros(width, dtype=torch.float64, device=local.device)
         ranks = [int(r) for r in mesh.mesh.reshape(-1).tolist()]  # the mesh's rank ids: a host tensor
-        self._pieces.append(_Piece([torch.cat([share, share.new_zeros(1)])], numbers, whole, ranks))
+        self._pieces.append(_Piece([_row(share)], numbers, whole, ranks, [width]))
         return numbers
 
     def finish(self, run: TwinRun, kind: str | None) -> None:
@@ -198,7 +205,7 @@ class RankTwin:
             return
         from ..transfer import to_host
 
-        gathered = _gather(torch.stack([r.to(_device()) for r in rows]))  # [ranks, rows, WIDTH + 1]
+        gathered = _gather(torch.stack([r.to(_device()) for r in rows]))  # [ranks, rows, ROW]
         host = to_host(gathered) if any(p.mesh is None for p in pieces) else None
         if kind is None:
             self._spread, self.read = {}, []
@@ -207,7 +214,7 @@ class RankTwin:
         for piece in pieces:
             block = gathered[:, at:at + len(piece.rows)]
             if piece.mesh is not None:
-                piece.numbers.copy_(block[piece.mesh, 0, :WIDTH].sum(0).to(piece.numbers.device))
+                piece.numbers.copy_(block[piece.mesh, 0, :len(piece.numbers)].sum(0).to(piece.numbers.device))
             else:
                 self._plain(piece, block, host[:, at:at + len(piece.rows)], where.get(id(piece.numbers), []),
                             run, kind)
@@ -228,21 +235,37 @@ class RankTwin:
                 self.read.append((key, place))
             device = piece.numbers.device
             readings: dict[str, tuple[tuple[int, ...], torch.Tensor]] = {}
-            same_size = len(set(host[:, 0, WIDTH].tolist())) == 1
+            same_size = len(set(host[:, 0, -1].tolist())) == 1
             for dim in range(len(piece.shape)) if same_size else ():
                 whole = list(piece.shape)
                 whole[dim] *= self.world
-                readings[f"Shard({dim})"] = (tuple(whole), block[:, 1 + dim, :WIDTH].sum(0).to(device))
-            total = block[:, 0, :WIDTH].sum(0)
+                readings[f"Shard({dim})"] = (tuple(whole), block[:, 1 + dim, :piece.widths[1 + dim]].sum(0).to(device))
+            own = piece.widths[0]
+            total = block[:, 0, :own].sum(0)
             first = block[0, 0, :WIDTH]
             estimate = total[:SUMS].square().sum()  # a sum's squares: not the sum of the pieces' squares
-            summed = torch.cat([total[:SUMS], first[KEPT:KEPT + 1], estimate.reshape(1), first[LEFT_OUT:]])
+            summed = torch.cat([total[:SUMS], first[KEPT:KEPT + 1], estimate.reshape(1), first[LEFT_OUT:],
+                                total[WIDTH:]])  # the layout sums are a sum's
             readings["Partial(sum)"] = (piece.shape, summed.to(device))
             for rank in range(self.world):
-                readings[f"rank{rank}"] = (piece.shape, block[rank, 0, :WIDTH].to(device))
+                readings[f"rank{rank}"] = (piece.shape, block[rank, 0, :own].to(device))
             calls = run.calls[key]
             run.calls[key] = {name: entry for p, entry in calls.items()
                               for name, entry in (_readings(p, entry, readings) if p == place else [(p, entry)])}
+
+
+def _width(shape: tuple[int, ...], layout: bool) -> int:
+    """How many numbers a fingerprint of a tensor of ``shape`` holds: ``WIDTH``, and the layout sums where asked for
+    and it has three or more axes longer than one (``signs.axis_shape``)."""
+    return WIDTH + (AXIS_SUMS if layout and axis_shape(shape) is not None else 0)
+
+
+def _row(numbers: torch.Tensor, numel: int = 0) -> torch.Tensor:
+    """One share as it travels: its numbers, zeros where it has no layout sums, and the piece's size last."""
+    row = numbers.new_zeros(ROW)
+    row[:len(numbers)] = numbers
+    row[-1] = float(numel)
+    return row
 
 
 def _readings(place: str, entry: Any, readings: dict[str, tuple[tuple[int, ...], torch.Tensor]]) -> list:
