@@ -101,14 +101,14 @@ def _comparison_body(comparison: Comparison, step: int) -> dict[str, Any]:
                       "b": [n.module_path for n in comparison.unmatched_b]},
         "numerics": {"a": dict(a_numerics), "b": dict(b_numerics)},
         "end_to_end": _end_to_end(comparison),
-        "backward": _backward(comparison),
+        **_backward(comparison),
     }
 
 
-def _backward(comparison: Comparison) -> dict[str, Any] | None:
-    """The backward passes' verdict, where both traces recorded one (None otherwise)."""
+def _backward(comparison: Comparison) -> dict[str, Any]:
+    """``backward``: the backward passes' verdict, where a trace recorded one (no field otherwise)."""
     a, b = comparison.a.backward, comparison.b.backward
-    return comparison.backward.as_dict() if a is not None or b is not None else None
+    return {"backward": comparison.backward.as_dict()} if a is not None or b is not None else {}
 
 
 def _end_to_end(comparison: Comparison) -> dict[str, Any] | None:
