@@ -176,7 +176,7 @@ class Recorder:
                 run.autocast[id(node)] = autocast_state()
             probe = GenerationProbe.start(args, kwargs) if module is self.model else None
             measures = self.rounding.start(run, args, kwargs, module) if self.rounding is not None else None
-            if self.rounding is None:  # no twin: the run's own sketch (``sketch.py``)
+            if self.rounding is None and self.use_repr:  # printed, no twin: the run's sketch (``sketch.py``)
                 run.sketch = RunSketch(run.serialize.batch, args, kwargs, run.speculation)
                 run.sketch.enter(root, args, kwargs)
             try:

@@ -1,13 +1,13 @@
 """A sketch of every leaf's float tensors as the run itself computed them: the sidecar's ``sketch`` section.
 
-A trace recorded without its float64 twin (``measure_rounding=False``, transformers' drop-in) holds, for printed
-values, only their corners; two such folders cannot tell how far a call's inputs and outputs differ. The sketch
-keeps, for each float input and output of every leaf call that holds no matrix of its own (elementwise functions,
-norms: ``_sketched``) and that pruning keeps in the files, the twin
-fingerprint's 16 random-sign sums (``twin/fingerprint.py``, the same signs and chunks) of the run's own tensor in
-float64, padding rows left out, with the count kept and their sum of squares. Two folders' sketches then give at
-every call an estimate of ``‖x_b − x_a‖`` (the sums' difference: its expected sum of squares is ``‖Δ‖²``), the exact
-norms of both sides, and whether the two tensors are the same bit for bit (``diff/verdict/sketch_verdict.py``).
+A trace of printed values (``use_repr=True``) recorded without its float64 twin (``measure_rounding=False``,
+transformers' drop-in) holds only their corners; two such folders cannot tell how far a call's inputs and outputs
+differ. The sketch keeps, for each float input and output of every leaf call that holds no matrix of its own
+(elementwise functions, norms: ``_sketched``) and that pruning keeps in the files, the twin fingerprint's 16
+random-sign sums (``twin/fingerprint.py``, the same signs and chunks) of the run's own tensor in float64, padding
+rows left out, with the count kept and their sum of squares. Two folders' sketches then give at every call an
+estimate of ``‖x_b − x_a‖`` (the sums' difference: its expected sum of squares is ``‖Δ‖²``), the exact norms of both
+sides, and whether the two tensors are the same bit for bit (``diff/verdict/sketch_verdict.py``).
 
 Each distinct tensor is sketched once per forward (a leaf's input is mostly an earlier leaf's output); an in-place
 change makes it new again. Three passes over a tensor, its numbers joining the forward's one transfer
@@ -53,8 +53,8 @@ class RunSketch:
             flags = self.valid.detach().reshape(-1).to(torch.int64)
             weights = torch.arange(flags.numel(), device=flags.device) % 65521 + 1
             self.padding = list(self.valid.shape), batch.add(torch.stack([flags.sum(), (flags * weights).sum()]))
-        self.calls: dict[str, dict[str, tuple[tuple[int, ...], Slot]]] = {}
-        self._seen: dict[int, tuple[Any, Slot, int | None]] = {}
+        self.calls: dict[str, dict[str, tuple[tuple[int, ...], Slot, Slot | int]]] = {}
+        self._seen: dict[int, tuple[Any, tuple[Slot, Slot | int], int | None]] = {}
         self._masks: dict[tuple[tuple[int, ...], int, torch.device], tuple[torch.Tensor, Slot]] = {}
 
     def enter(self, key: str, args: tuple, kwargs: dict[str, Any], site: Site | None = None,

@@ -1,8 +1,9 @@
 """The run's own sketch a trace recorded without its twin: the sidecar section ``sketch``, read as ``sketch_of``.
 
-A trace recorded without the float64 twin (``measure_rounding=False``; transformers' drop-in) keeps, at every leaf
-call that holds no matrix and that pruning keeps in the files, the fingerprint of each float input and output *as
-the run computed it* (``capture/sketch.py``): 16 random-sign sums of its values, padding rows left out. The section has the ``twin`` section's layout (``core/twin.py``)::
+A trace of printed values recorded without the float64 twin (``measure_rounding=False``; transformers' drop-in)
+keeps, at every leaf call that holds no matrix and that pruning keeps in the files, the fingerprint of each float
+input and output *as the run computed it* (``capture/sketch.py``): 16 random-sign sums of its values, padding rows
+left out. The section has the ``twin`` section's layout (``core/twin.py``)::
 
     {"version": 1, "sums": 16, "padding": "<digest of the padding mask>" | null,
      "calls": {"<call name>": {"<place>": {"shape": [..], "p": "<base64 of 16 float64>", "n": kept, "rms": x}}}}
