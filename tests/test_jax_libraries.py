@@ -118,3 +118,27 @@ def test_the_pytorch_griffin_of_recurrentgemma_against_its_flax_griffin(tmp_path
         for c in (nbtrace.compare(tmp_path / "original", tmp_path / f"port_{bug}"),
                   nbtrace.compare(tmp_path / "original", port)):
             assert (c.verdict, _named(c)) == expected, (bug, str(c))
+
+
+def test_a_channels_last_flax_cnn_against_its_channels_first_pytorch_port(tmp_path):
+    """flaxmodels' ResNet-18 (every activation ``[N, H, W, C]``) against timm's ResNet-18 (``[N, C, H, W]``), weights
+    converted in code: no tensor of the two houses shares a layout past the input, and the twins compare them
+    through their layout sums. The clean port agrees; a norm's eps, a kernel scaled by 1.05 in conversion and a
+    shortcut norm's eps in a block pruning keeps out of both folders are named at their modules (before the layout
+    sums: every case "unresolved" or the root)."""
+    import nbtrace.jax as ntj
+    from tests.models import flax_resnet
+
+    model, variables = flax_resnet.original(0)
+    x = flax_resnet.inputs(0)
+    ntj.trace(model, variables, x, train=False, debug_path=tmp_path / "original")
+    pixels = torch.from_numpy(x).permute(0, 3, 1, 2).contiguous()
+    for bug in [None, "bn_eps", "conv_scaled", "shortcut_eps"]:
+        port = flax_resnet.port(variables, bug)
+        with torch.no_grad(), nbtrace.trace(port, debug_path=tmp_path / f"port_{bug}"):
+            port(pixels)
+        c = nbtrace.compare(tmp_path / "original", tmp_path / f"port_{bug}")
+        found = c.first_divergence
+        assert (c.verdict, found.module_path if found else None) == (
+            ("agree", None) if bug is None else ("diverge", flax_resnet.BUGS[bug])), (bug, c.summary())
+        assert not c.precision, c.summary()  # the port's run measured as it returned its blocks (in place)

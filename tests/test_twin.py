@@ -251,3 +251,31 @@ def test_measured_rounding_keeps_the_twin_float64(tmp_path):
         model(**ip.inputs(length=16))
     twin = nbtrace.load_trace(tmp_path).twin
     assert twin.calls and all(p.low is None for places in twin.calls.values() for p in places.values())
+
+
+class _AddsInPlace(nn.Module):
+    """A residual block as timm writes it: the norm's output is added to in place and activated in place, so the
+    block returns the very tensor its norm returned, changed since."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv, self.bn, self.act = nn.Conv2d(4, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(inplace=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.bn(self.conv(x))
+        y += x
+        return self.act(y)
+
+
+def test_the_runs_own_output_is_read_after_in_place_changes(tmp_path):
+    """The run's own output of a block that returns its norm's output changed in place is fingerprinted as it is when
+    the block returns (``acc``: the run's rounding against the twin), not as the norm returned it: a stale reading
+    measured an RMS 3.2 where the block returned 5.0, and a correct port read "precision lost"."""
+    torch.manual_seed(0)
+    model = nn.Sequential(_AddsInPlace(), _AddsInPlace()).eval()
+    with torch.no_grad(), nbtrace.trace(model, debug_path=tmp_path):
+        model(torch.randn(2, 4, 8, 8))
+    twin = nbtrace.load_trace(tmp_path).twin
+    for name in ("Sequential.0", "Sequential.1"):
+        out = twin.calls[name]["out"]
+        assert out.run_rms == pytest.approx(out.rms, rel=1e-6) and out.acc < 1e-6 * out.rms, (name, out)

@@ -35,8 +35,8 @@ from .verdict.notes import MIN_COVERAGE, comparison_notes
 from .align.pairing import compile_ignore
 from .ranks.ranked import call_comparer, ranked_rename
 from .verdict.report import node_report
-from .verdict.fused_weights import fused_findings
-from .verdict.weights import WeightFinding, compare_parameters
+from .verdict.weight_findings import weight_findings
+from .verdict.weights import WeightFinding
 from .verdict.sketch_verdict import plain_divergence
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -72,13 +72,6 @@ class Match:
         """The largest relative difference over this call's tensors."""
         scores = [d.score for d in self.diffs if d.score is not None]
         return max(scores, key=lambda v: (math.isnan(v), v)) if scores else None
-
-
-def _same_product(match: Match) -> bool:
-    """The call's outputs agree, or point the same way (cosine above 1/2) where they inherit a difference: a
-    matrix multiplied from the wrong side gives a product unrelated to the right one (cosine near 0)."""
-    outputs = [d for d in match.diffs if d.io == "output"]
-    return match.verdict() is True or bool(outputs) and all(d.cosine is not None and d.cosine > 0.5 for d in outputs)
 
 
 class Comparison(BackwardSide):
@@ -282,15 +275,7 @@ class Comparison(BackwardSide):
         """Parameters and buffers of aligned modules that differ, from the traces' fingerprints
         (nbtrace's sidecar; empty when a trace has none). See ``nbtrace.diff.verdict.weights``."""
         if self._weights is None:
-            a_section = self.a.sidecar.get("parameters", {})
-            b_section = self.b.sidecar.get("parameters", {})
-            agree: dict[str, bool] = {}  # a module whose every aligned call agrees computes the same function
-            for match in self.matches:
-                path = match.a.module_path.split(" ", 1)[0]
-                agree[path] = agree.get(path, True) and _same_product(match)
-            self._weights = compare_parameters(self.alignment.pairs, a_section, b_section, agree)
-            self._weights += fused_findings(self.alignment.pairs, self.unmatched_a, self.unmatched_b, a_section,
-                                            b_section)  # one side's fused projection, the other's parts
+            self._weights = weight_findings(self)
         return list(self._weights)
 
     @property

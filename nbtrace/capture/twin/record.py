@@ -51,7 +51,7 @@ class TwinStart:
     problem: str | None = None
     #: call name -> place -> the fingerprint of what the run itself returned, on its way to the host
     run: dict[str, dict[str, Slot]] = field(default_factory=dict)
-    seen: dict[int, tuple[Any, Slot]] = field(default_factory=dict)
+    seen: dict[int, tuple[Any, Slot, int | None]] = field(default_factory=dict)  # id -> (tensor, slot, version)
 
 
 @dataclass
@@ -141,8 +141,9 @@ class TwinRecorder:
                 if tensor.numel() == 0 or tensor.is_meta or tensor.layout != torch.strided:
                     continue
                 entry = start.seen.get(id(tensor))
-                if entry is None or entry[0]() is not tensor:
-                    entry = (weakref.ref(tensor), batch.add(fingerprint(tensor, start.valid, layout=False)))
+                version = _version(tensor)  # an in-place operation (x += shortcut; ReLU(inplace=True)) changed it
+                if entry is None or entry[0]() is not tensor or entry[2] != version or version is None:
+                    entry = (weakref.ref(tensor), batch.add(fingerprint(tensor, start.valid, layout=False)), version)
                     start.seen[id(tensor)] = entry
                 found[place] = entry[1]
             if found:
@@ -261,3 +262,9 @@ def _describe(exc: BaseException) -> str:
     return text if len(text) <= 300 else text[:300] + "…"
 
 
+def _version(tensor: torch.Tensor) -> int | None:
+    """The tensor's count of in-place changes, or None where it keeps none (a tensor made in inference mode)."""
+    try:
+        return tensor._version
+    except RuntimeError:
+        return None

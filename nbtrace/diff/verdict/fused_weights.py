@@ -22,7 +22,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from ...core.node import Node
-from .weights import UNIT_ROUNDOFF, WeightFinding
+from .weight_layouts import UNIT_ROUNDOFF
+from .weights import WeightFinding
 
 _FLOAT32 = 2.0**-24
 _DIGITS = 5e-7  # 7 significant digits

@@ -245,6 +245,8 @@ def _events(comparison: Comparison, twin_a: Twin, twin_b: Twin, allowance: Allow
         mine = twin_a.calls.get(call_key(call.module_path, call.call_index), {})
         mine, theirs = resolve(mine, theirs)  # a tensor-parallel twin's plain pieces, read by the other side's
         match = comparison.match_of(call) if isinstance(call, Node) else None
+        if match is not None:  # the order the calls were handed their tensors (a file's twin keeps its places sorted)
+            mine, theirs = _in_call_order(mine, match.a), _in_call_order(theirs, match.b)
         exact = [d for d in match.diffs if d.io == io and d.ok is not None and d.rtol == 0
                  and d.basis != "shape"] if match is not None else []
         if match is not None and io == "output" and not call.children and events and events[-1].node is call \
@@ -262,6 +264,13 @@ def _events(comparison: Comparison, twin_a: Twin, twin_b: Twin, allowance: Allow
         if event.pairs or event.exact or event.weights:
             events.append(event)
     return events
+
+
+def _in_call_order(prints: dict, node: Node) -> dict:
+    """A call's twin places in the order its trace lists its tensors (the first argument first: a JAX call's ``x``
+    before the ``act`` dict it is handed beside it), the places the trace does not list after them."""
+    order = {arg: i for i, (_, arg, _) in enumerate(node.tensors())}
+    return dict(sorted(prints.items(), key=lambda item: order.get(item[0], len(order))))
 
 
 def _first_out(match) -> str | None:

@@ -26,9 +26,8 @@ from typing import Any
 
 from ...core.node import Node
 from .evidence import Evidence
+from .weight_layouts import UNIT_ROUNDOFF, floats, short_number, permuted, rearranged_differs, same_axes_of
 
-#: unit roundoff of the dtypes a weight can be rounded through
-UNIT_ROUNDOFF = {"float32": 2.0**-24, "bfloat16": 2.0**-8, "float16": 2.0**-11, "float8_e4m3fn": 2.0**-4}
 _IDENTITY = ("checksum", "shape", "dtype", "samples", "mirrored_samples", "row_blocks", "col_blocks")
 _SAME = 1e-6  # relative differences below this are what 7-digit fingerprints cannot resolve
 
@@ -166,7 +165,7 @@ def _compare_module(a_path: str, b_path: str, mine: dict, theirs: dict) -> list[
 
 
 def _distance(a: dict, b: dict) -> float:
-    xs, ys = _floats(a.get("samples")), _floats(b.get("samples"))
+    xs, ys = floats(a.get("samples")), floats(b.get("samples"))
     return _rms_diff(xs, ys) if xs and len(xs) == len(ys) else math.inf
 
 
@@ -181,14 +180,16 @@ def classify(a: dict[str, Any], b: dict[str, Any]) -> tuple[str, str, float | No
             return reshaped
         if _reversed(shape_a, shape_b):
             return _other_layout(a, b)
-        permuted = _permuted(a, b)
-        if permuted is not None:
-            return permuted
+        rearranged = permuted(a, b)
+        if rearranged is not None:
+            return rearranged
+        if same_axes_of(shape_a, shape_b) and (found := rearranged_differs(a, b)) is not None:
+            return found
         if _fused(shape_a, shape_b):
             return "fused", f"shape {shape_b} where a has {shape_a}: one holds the other fused with more " \
                 "(its values are judged by the calls' outputs)", None, False
         return "shape", f"shape {shape_b} where a has {shape_a}", None, True
-    xs, ys = _floats(a.get("samples")), _floats(b.get("samples"))
+    xs, ys = floats(a.get("samples")), floats(b.get("samples"))
     if not xs or len(xs) != len(ys):
         if a.get("dtype") != b.get("dtype"):
             return "dtype", f"dtype {b.get('dtype')} where a has {a.get('dtype')}", None, True
@@ -203,13 +204,13 @@ def classify(a: dict[str, Any], b: dict[str, Any]) -> tuple[str, str, float | No
     if judged is not None:
         return judged
     if dtype_a != dtype_b:
-        return "dtype", f"dtype {dtype_b} where a has {dtype_a}, and values differ (relative {_fmt(rel)})", rel, True
-    return "perturbed", f"differs: relative difference {_fmt(rel)} (from {len(xs)} sampled values)", rel, True
+        return "dtype", f"dtype {dtype_b} where a has {dtype_a}, and values differ (relative {short_number(rel)})", rel, True
+    return "perturbed", f"differs: relative difference {short_number(rel)} (from {len(xs)} sampled values)", rel, True
 
 
 def _shape_of_difference(a: dict, b: dict, xs: list[float], ys: list[float], rel: float):
     """Transposed, bit-level, scaled, rows/columns, rounded — the first that explains the difference."""
-    mirrored = _floats(a.get("mirrored_samples"))
+    mirrored = floats(a.get("mirrored_samples"))
     if mirrored and len(mirrored) == len(ys) and rel > 1e-3 and _rms_diff(mirrored, ys, scale=xs) < 1e-5:
         return "transposed", "stored transposed (b's values sit at a's mirrored positions)", rel, True
     if rel < _SAME and _blocks_ratio_spread(a, b, "row_blocks") < _SAME:
@@ -221,7 +222,7 @@ def _shape_of_difference(a: dict, b: dict, xs: list[float], ys: list[float], rel
         residual = _rms_diff([scale * x for x in xs], ys, scale=xs)
         floor = max(UNIT_ROUNDOFF.get(b.get("dtype"), 0.0), _SAME)
         if abs(scale - 1) > 10 * floor and residual < 2 * floor:
-            return "scaled", f"scaled by {scale:.6g} (relative difference {_fmt(rel)})", rel, True
+            return "scaled", f"scaled by {scale:.6g} (relative difference {short_number(rel)})", rel, True
     for axis, what in (("row_blocks", "rows"), ("col_blocks", "columns")):
         blocks = _odd_blocks(a, b, axis)
         if blocks is not None:
@@ -233,7 +234,7 @@ def _shape_of_difference(a: dict, b: dict, xs: list[float], ys: list[float], rel
                 f"the rest agree", rel, True
     for narrow in ("float8_e4m3fn", "float16", "bfloat16"):
         if narrow in b.get("exact_in", []) and narrow not in a.get("exact_in", []) and _within_rounding(xs, ys, narrow):
-            return "rounded", f"rounded through {narrow}, as by a lossy conversion (relative {_fmt(rel)})", rel, True
+            return "rounded", f"rounded through {narrow}, as by a lossy conversion (relative {short_number(rel)})", rel, True
     return None
 
 
@@ -244,7 +245,7 @@ def _reshaped(a: dict, b: dict) -> tuple[str, str, float, bool] | None:
     shape_a, shape_b = a.get("shape"), b.get("shape")
     if not isinstance(shape_a, list) or not isinstance(shape_b, list) or math.prod(shape_a) != math.prod(shape_b):
         return None
-    xs, ys = _floats(a.get("samples")), _floats(b.get("samples"))
+    xs, ys = floats(a.get("samples")), floats(b.get("samples"))
     if not xs or len(xs) != len(ys):
         return None
     words = f"shape {shape_b} where a has {shape_a}: the same values in the same order"
@@ -259,39 +260,9 @@ def _reshaped(a: dict, b: dict) -> tuple[str, str, float, bool] | None:
     return None
 
 
-def _permuted(a: dict, b: dict) -> tuple[str, str, float | None, bool] | None:
-    """The same values in another arrangement (a Flax kernel ``[in, heads, head_dim]`` against a PyTorch weight
-    ``[heads * head_dim, in]``, a convolution's ``[h, w, in, out]`` against ``[out, in, h, w]``): equal element
-    counts and the fingerprint's permutation-invariant numbers equal (the bit sum, mean, std, min, max, norm), or
-    within the narrower dtype's rounding. Which arrangement is right is judged by the calls' outputs. None
-    otherwise."""
-    shape_a, shape_b = a.get("shape"), b.get("shape")
-    if not isinstance(shape_a, list) or not isinstance(shape_b, list) or math.prod(shape_a) != math.prod(shape_b):
-        return None
-    stats = ("mean", "std", "min", "max", "norm")
-    words = f"shape {shape_b} where a has {shape_a}: the same values in another arrangement (another " \
-        "framework's layout; its values are judged by the calls' outputs)"
-    xs, ys = _floats([a.get(k) for k in stats]), _floats([b.get(k) for k in stats])
-    if len(xs) != len(stats) or len(ys) != len(stats):
-        return None
-    scale = max(abs(v) for v in xs[1:4]) or 1.0  # std, min, max: the size of the values
-    if a.get("dtype") == b.get("dtype"):
-        # the bit sum is blind to order, exact; the statistics agree to the fingerprint's 7 digits (their sums
-        # ran in another order)
-        if a.get("checksum") is not None and a.get("checksum") == b.get("checksum") and \
-                all(abs(x - y) <= 1e-5 * max(abs(x), abs(y), scale) for x, y in zip(xs, ys)):
-            return "layout", words, None, False
-        return None
-    narrower = max((a.get("dtype"), b.get("dtype")), key=lambda d: UNIT_ROUNDOFF.get(d, 0.0))
-    unit = UNIT_ROUNDOFF.get(narrower)
-    if unit is not None and all(abs(x - y) <= 4 * unit * max(abs(x), abs(y), scale) for x, y in zip(xs, ys)):
-        return "dtype", f"{words}, in dtype {b.get('dtype')} where a has {a.get('dtype')}", None, False
-    return None
-
-
 def _reversed_or_fused(a: dict, b: dict) -> bool:
     return _reversed(a.get("shape"), b.get("shape")) or _fused(a.get("shape"), b.get("shape")) or \
-        _permuted(a, b) is not None
+        permuted(a, b) is not None or same_axes_of(a.get("shape"), b.get("shape"))
 
 
 def _reversed(shape_a: Any, shape_b: Any) -> bool:
@@ -324,7 +295,7 @@ def _other_layout(a: dict, b: dict) -> tuple[str, str, float | None, bool]:
     """b holds a's matrix in the transposed layout: the same values (not a difference), or how they differ."""
     layout = f"stored transposed (shape {b.get('shape')} where a has {a.get('shape')}, the other layout of one product)"
     proves = [(x, y) for x, y in ((_transposed(a), b), (a, _transposed(b)))
-              if (found := _floats(y.get("samples"))) and len(found) == len(_floats(x.get("samples")))]
+              if (found := floats(y.get("samples"))) and len(found) == len(floats(x.get("samples")))]
     if not proves:  # older fingerprints on both sides: nothing proves the values
         return "layout", f"{layout}; this fingerprint cannot tell whether its values are the same", None, False
     judged = classify(*proves[0])
@@ -336,7 +307,7 @@ def _other_layout(a: dict, b: dict) -> tuple[str, str, float | None, bool]:
 
 def _odd_blocks(a: dict, b: dict, axis: str) -> list[int] | None:
     """Indices of the blocks that differ, when at most half do and the others agree."""
-    xs, ys = _floats(a.get(axis)), _floats(b.get(axis))
+    xs, ys = floats(a.get(axis)), floats(b.get(axis))
     if len(xs) < 2 or len(xs) != len(ys):
         return None
     off = [k for k, (x, y) in enumerate(zip(xs, ys)) if abs(y - x) > 1e-5 * max(abs(x), 1e-30)]
@@ -346,14 +317,14 @@ def _odd_blocks(a: dict, b: dict, axis: str) -> list[int] | None:
 
 
 def _block_ratio(a: dict, b: dict, axis: str, blocks: list[int]) -> float:
-    xs, ys = _floats(a[axis]), _floats(b[axis])
+    xs, ys = floats(a[axis]), floats(b[axis])
     num = math.sqrt(sum(ys[k] ** 2 for k in blocks))
     den = math.sqrt(sum(xs[k] ** 2 for k in blocks))
     return num / den if den > 0 else math.inf
 
 
 def _blocks_ratio_spread(a: dict, b: dict, axis: str) -> float:
-    xs, ys = _floats(a.get(axis)), _floats(b.get(axis))
+    xs, ys = floats(a.get(axis)), floats(b.get(axis))
     if not xs or len(xs) != len(ys):
         return 0.0
     return max((abs(y - x) / max(abs(x), 1e-30) for x, y in zip(xs, ys)), default=0.0)
@@ -374,21 +345,3 @@ def _rms_diff(xs: list[float], ys: list[float], scale: list[float] | None = None
     if norm == 0:
         return 0.0 if diff == 0 else math.inf
     return diff / norm
-
-
-def _floats(values: Any) -> list[float]:
-    if not isinstance(values, list):
-        return []
-    out = []
-    for value in values:
-        try:
-            out.append(float(value))
-        except (TypeError, ValueError):
-            return []
-    return out if all(math.isfinite(v) for v in out) else []
-
-
-def _fmt(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.3g}"
