@@ -5,7 +5,9 @@ The tiny decoder of ``tests/models/tp_models.py`` is split with ``parallelize_mo
 (plain slices and an explicit all_reduce) and traced with nbtrace's defaults (rank 0 records printed values; every
 rank runs its part of the twin): the correct splits agree, and one rank's piece of a weight scaled by 1.001 or
 1.01 (a shard of a column- or row-parallel projection, or one rank's copy of a norm's weight), or by 1 + 1e-6 (a
-row-parallel shard: below the printed digits), is named at its module, whichever side is the reference. The piece fingerprints (``capture/twin/placed.py``) add up to the whole's.
+row-parallel shard: below the printed digits), is named at its module, whichever side is the reference; on 2 and
+4 ranks. The piece fingerprints (``capture/twin/placed.py``) add up to the whole's; ``measure_rounding=True``
+records the twin only, and a rank that traces alone waits for no one.
 """
 
 from __future__ import annotations
@@ -54,6 +56,15 @@ def test_a_correct_split_gets_its_twin_and_agrees_with_the_single_device_origina
     assert "float64 twin ran on its 2 ranks together" in nbtrace.compare(folders / "single", folders / split).summary()
 
 
+def test_measure_rounding_true_records_the_twin_only_and_says_so(folders):
+    for rank in (0, 1):
+        said = json.loads((folders / f"seconds_rank{rank}.json").read_text())["warnings"]
+        assert len(said) == 1 and "under several ranks only the float64 twin is recorded" in said[0]
+    trace = nbtrace.load_trace(folders / "measured")
+    assert "rounding" not in trace.sidecar and "skipped" not in trace.sidecar["twin"]
+    assert nbtrace.compare(folders / "single", folders / "measured").agree
+
+
 def test_a_sharded_output_is_fingerprinted_whole(folders):
     single = nbtrace.load_trace(folders / "single").twin
     for split in ("dtensor", "megatron"):
@@ -91,7 +102,7 @@ def test_on_four_ranks_too(folders, tmp_path_factory):
 
 def test_every_rank_ran_every_variant_and_a_rank_tracing_alone_waits_for_no_one(folders):
     seconds = [json.loads((folders / f"seconds_rank{rank}.json").read_text()) for rank in (0, 1)]
-    assert set(seconds[0]) == set(VARIANTS) | {"alone"} and set(seconds[1]) == set(VARIANTS)
+    assert set(seconds[0]) == set(VARIANTS) | {"alone", "warnings"} and set(seconds[1]) == set(VARIANTS) | {"warnings"}
     assert 1.0 <= seconds[0]["alone"] < 30  # it waited for the others as long as it was told, then went on alone
     alone = nbtrace.load_trace(folders / "alone").sidecar["twin"]
     assert alone["calls"] == {} and "not every rank started nbtrace.trace within 1 s" in alone["skipped"]

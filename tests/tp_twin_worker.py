@@ -1,9 +1,10 @@
 """One rank of the tensor-parallel twin tests (started by tests/dist_launch.py, as torchrun would start it).
 
-``python tests/tp_twin_worker.py OUT [VARIANT,...]``: joins the gloo group and traces the tiny decoder split over the ranks,
-with nbtrace's defaults (rank 0 records printed values and the float64 twin, which every rank runs), into
-``OUT/<variant>/``: clean and with one rank's piece of a weight scaled (``tests/models/tp_models.py``); then rank 0
-traces the single-device model alone (``OUT/alone``: no twin, after a short wait) and both the split one again
+``python tests/tp_twin_worker.py OUT [VARIANT,...]``: joins the gloo group and traces the tiny decoder split over
+the ranks, with nbtrace's defaults (rank 0 records printed values and the float64 twin, which every rank runs), into
+``OUT/<variant>/``: clean and with one rank's piece of a weight scaled (``tests/models/tp_models.py``); without
+VARIANTs, all of them, then ``measure_rounding=True`` (``OUT/measured``: the twin only, with a warning), rank 0
+tracing the single-device model alone (``OUT/alone``: no twin, after a short wait) and both the split one again
 (``OUT/again``: the ranks meet again).
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+import warnings
 from datetime import timedelta
 from pathlib import Path
 
@@ -55,6 +57,13 @@ def main(out: Path, names: list[str] | None = None) -> None:
         with torch.no_grad(), nbtrace.trace(model, out / name):
             model(x)
         seconds[name] = round(time.perf_counter() - started, 3)
+    if names is None:  # measure_rounding=True re-runs calls on the recording rank alone: only the twin, said
+        model = tm.build_dtensor_tp(reference, mesh)
+        with warnings.catch_warnings(record=True) as caught, torch.no_grad():
+            warnings.simplefilter("always")
+            with nbtrace.trace(model, out / "measured", measure_rounding=True):
+                model(x)
+        seconds["warnings"] = [str(w.message) for w in caught if "nbtrace" in str(w.message)]
     if names is not None:
         (out / f"seconds_rank{dist.get_rank()}.json").write_text(json.dumps(seconds))
         dist.destroy_process_group()
