@@ -124,7 +124,8 @@ class BackwardCapture:
             self._twins[len(self.recorder)] = twin_backward(self.recorder.model, self.recorder.class_name, args,
                                                             kwargs, state)
         except Exception as exc:  # noqa: BLE001 - measuring must never cost the user their forward
-            self._twins[len(self.recorder)] = {"skipped": f"the twin's backward failed: {type(exc).__name__}: {exc}"}
+            problem = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+            self._twins[len(self.recorder)] = {"skipped": f"the twin's backward failed: {type(exc).__name__}: {problem}"}
 
     def watch(self, node: dict[str, Any], base: str, views: list[torch.Tensor], template: Any, out: Any) -> None:
         """Hook the call's input views and outputs; its gradients are caught under ``base``. A call that ran

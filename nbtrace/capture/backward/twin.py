@@ -60,6 +60,8 @@ class _Prints:
 
     def put(self, name: str, place: str, grad: torch.Tensor) -> None:
         if grad is not None and grad.is_floating_point():
+            if grad.layout != torch.strided:  # a sparse embedding's gradient: fingerprinted as the tensor it stands for
+                grad = grad.to_dense()
             numbers = fingerprint(grad, None, False) if _LAYOUT else fingerprint(grad)  # the flat-order sums only
             self.numbers.append((name, place, tuple(grad.shape), numbers))
 
