@@ -177,9 +177,9 @@ def _signs(device: torch.device, chunks: int) -> tuple[torch.Tensor, torch.Tenso
     element ``i`` of a chunk goes to sum ``i mod 16``), kept per device."""
     found = _SIGNS.get(device)
     if found is None or found[0].shape[0] < chunks:
-        s = torch.tensor(sign_sequence(SEED_S, CHUNK), dtype=torch.float64).view(CHUNK // SUMS, SUMS)
-        w = torch.tensor(chunk_signs(max(chunks, 1)), dtype=torch.float64)
-        found = _SIGNS[device] = w.to(device), s.to(device)
+        s = torch.tensor(sign_sequence(SEED_S, CHUNK), dtype=torch.float64, device=device).view(CHUNK // SUMS, SUMS)
+        w = torch.tensor(chunk_signs(max(chunks, 1)), dtype=torch.float64, device=device)
+        found = _SIGNS[device] = w, s
     return found
 
 
