@@ -2,7 +2,8 @@
 
 Each variant runs in a fresh process: build the model, run two plain forwards
 (their activations set the process's peak), then run the variant once and report
-how far the peak resident memory rose beyond that. Needs transformers.
+how far the peak resident memory rose beyond that, also as a share of the model's weights' bytes (the float64
+twin of ``nbtrace.trace``'s defaults, streamed: at most half of them, issue 37). Needs transformers.
 
     python benchmarks/bench_memory.py [--model wide] [--tokens 512]
 """
@@ -18,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 VARIANTS = ["plain", "nbtrace repr pruned", "nbtrace repr unpruned", "nbtrace safetensors pruned",
-            "transformers repr pruned"]
+            "transformers repr pruned", "nbtrace.trace default", "nbtrace.trace twin-off"]
 
 
 def child(variant: str, model_name: str, tokens: int) -> None:
@@ -42,6 +43,13 @@ def child(variant: str, model_name: str, tokens: int) -> None:
         if variant == "plain":
             with torch.no_grad():
                 model(**inputs)
+        elif variant.startswith("nbtrace.trace"):  # the defaults (the float64 twin, streamed), or without the twin
+            import nbtrace
+
+            rounding = "auto" if variant.endswith("default") else False
+            with nbtrace.trace(model, debug_path=folder, measure_rounding=rounding):
+                with torch.no_grad():
+                    model(**inputs)
         else:
             impl, mode, prune = variant.split()
             if impl == "nbtrace":
@@ -54,7 +62,9 @@ def child(variant: str, model_name: str, tokens: int) -> None:
                 with torch.no_grad():
                     model(**inputs)
         after_variant = peak_mb()
-    print(json.dumps({"activations": after_plain - before_any, "extra": after_variant - after_plain}))
+    weights = sum(t.numel() * t.element_size() for t in model.parameters()) / 2**20
+    print(json.dumps({"activations": after_plain - before_any, "extra": after_variant - after_plain,
+                      "weights": weights}))
 
 
 def main() -> None:
@@ -67,15 +77,16 @@ def main() -> None:
         child(args.child, args.model, args.tokens)
         return
     print(f"### peak memory, Llama '{args.model}', {args.tokens} tokens (MB of resident memory)\n")
-    print("| variant | plain forward's own rise | extra peak of this variant |")
-    print("|---|---:|---:|")
+    print("| variant | plain forward's own rise | extra peak of this variant | × the model's weights |")
+    print("|---|---:|---:|---:|")
     for variant in VARIANTS:
         out = subprocess.run(
             [sys.executable, __file__, "--model", args.model, "--tokens", str(args.tokens), "--child", variant],
             capture_output=True, text=True, check=True,
         ).stdout.strip().splitlines()[-1]
         result = json.loads(out)
-        print(f"| {variant} | {result['activations']:.0f} | {result['extra']:.0f} |")
+        print(f"| {variant} | {result['activations']:.0f} | {result['extra']:.0f} | "
+              f"{result['extra'] / result['weights']:.2f} |")
 
 
 if __name__ == "__main__":

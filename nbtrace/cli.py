@@ -84,6 +84,7 @@ def _demo(args: argparse.Namespace) -> int:
 def _show(args: argparse.Namespace) -> int:
     from .core.forwards import forward_sources, holds_several_forwards
     from .core.load import load_trace
+    from .diff.verdict.notes import twin_presence
     from .render.backward_words import backward_text
     from .render.text import format_tree
 
@@ -92,6 +93,7 @@ def _show(args: argparse.Namespace) -> int:
         say(format_tree(trace, max_depth=args.depth, contains=args.filter))
         if (backward := backward_text(trace)) is not None:  # the backward passes recorded with it
             say(backward)
+        say(f"\n(float64 twin: {twin_presence(trace)})")
         if trace.numerics.get("framework") == "jax":  # a trace not of torch says which framework computed it
             from .render.numerics_words import numerics_words
 
@@ -102,7 +104,9 @@ def _show(args: argparse.Namespace) -> int:
     if not -len(forwards) <= step < len(forwards):
         raise InputError("--step", f"{args.path} holds {len(forwards)} forward(s): steps 0…{len(forwards) - 1}")
     step %= len(forwards)
-    say(format_tree(load_trace(forwards[step]), max_depth=args.depth, contains=args.filter))
+    trace = load_trace(forwards[step])
+    say(format_tree(trace, max_depth=args.depth, contains=args.filter))
+    say(f"\n(float64 twin: {twin_presence(trace)})")
     if len(forwards) > 1:
         say(f"\n(step {step} of the {len(forwards)} forwards in {args.path}; --step N shows another)")
     return 0

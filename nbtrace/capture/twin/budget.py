@@ -1,11 +1,13 @@
 """Whether a model's float64 twin fits where the model lives: what ``measure_rounding="auto"`` decides by.
 
-The twin holds a float64 copy of every float parameter, buffer and tensor attribute (8 bytes an element) and the
-float64 activations of one forward at a time. It is recorded by default when that copy takes at most half the
-memory free on each of the model's devices (the host's available memory for the CPU, ``cuda.mem_get_info`` for a
-GPU); otherwise, and for parameters on the meta device that no offloading hook holds, it is not, and the trace says
-why. Under ``torch.distributed`` with several ranks each rank asks this of its own copy (a DTensor parameter counted
-whole: an upper bound) and the ranks decide together (``ranks.decide_together``).
+The twin is streamed (``stream.py``): it holds the float64 weights of one module at a time, a float64 copy of every
+float buffer and tensor attribute (8 bytes an element), and the float64 activations of one forward
+(``streamed_cost``; ``twin_cost`` is what a whole float64 copy would take). It is recorded by default when that
+takes at most half the memory free on each of the model's devices (the host's available memory for the CPU,
+``cuda.mem_get_info`` for a GPU); otherwise, and for parameters on the meta device that no offloading hook holds,
+it is not, and the trace says why in one line. Under ``torch.distributed`` with several ranks each rank asks this
+of its own copy (a DTensor parameter counted whole: an upper bound) and the ranks decide together
+(``ranks.decide_together``).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from torch import nn
 
 from .host_memory import SHARE, available_host_memory
 from .offload import offloaded_values
+from .stream import streamed_cost
 
 
 def twin_cost(model: nn.Module, offloaded: dict[int, tuple[torch.Tensor, Any]] | None = None
@@ -57,9 +60,9 @@ def twin_unfit(model: nn.Module) -> str | None:
             return f"its parameters are {type(tensor).__name__}s, not plain tensors"
         if tensor.device.type == "meta" and id(tensor) not in offloaded:
             return "its parameters are on the meta device, and no offloading hook holds their values"
-    for device, needed in twin_cost(model, offloaded).items():
+    for device, needed in streamed_cost(model).items():
         free = free_memory(device)
         if free is not None and needed > SHARE * free:
-            return (f"its float64 copy needs {needed / 2**30:.1f} GiB on {device}, more than half the "
-                    f"{free / 2**30:.1f} GiB free")
+            return (f"even streamed (one module's weights at a time), its float64 twin needs {needed / 2**30:.1f} GiB "
+                    f"on {device}, more than half the {free / 2**30:.1f} GiB free")
     return None

@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from .offload import HOOK_ATTRIBUTES, offloaded_values, own_forward
+from .stream import placeholder
 
 #: attribute of nbtrace's forward wrappers: what ``module.__dict__["forward"]`` held before (or ``MISSING``)
 WRAPPED = "__nbtrace_before__"
@@ -47,16 +48,22 @@ def unwrapped(forward: Any) -> Any:
     return forward
 
 
-def copy_in(module: nn.Module, dtype: torch.dtype, unrounded: dict[int, torch.Tensor] | None = None) -> nn.Module:
+def copy_in(module: nn.Module, dtype: torch.dtype, unrounded: dict[int, torch.Tensor] | None = None,
+            stream: bool = False) -> nn.Module:
     """A copy of ``module`` whose float parameters, buffers and tensor attributes are in ``dtype`` (see above); an
     offloaded one (``offload.py``) holds its weights itself, on the device its module runs on, and runs without the
-    offloading hook. ``unrounded``: ``unrounded_buffers(module)``, where the caller has it already."""
+    offloading hook. ``unrounded``: ``unrounded_buffers(module)``, where the caller has it already. ``stream``: its
+    float parameters are placeholders, made as each module runs (``stream.py``: a float64 twin only)."""
     memo: dict[int, Any] = {"dtype": dtype}
     offloaded = offloaded_values(module)
     unrounded = unrounded_buffers(module) if unrounded is None else unrounded
     for tensor in chain(module.parameters(), module.buffers()):
         if tensor.is_floating_point():
             value, device = offloaded.get(id(tensor), (unrounded.get(id(tensor), tensor), None))
+            if stream and isinstance(tensor, nn.Parameter) and type(value) in (torch.Tensor, nn.Parameter) \
+                    and value.layout == torch.strided and not value.is_meta:  # a DTensor's piece: copied whole
+                memo[id(tensor)] = placeholder(value, device)
+                continue
             wide = value.detach().to(dtype, copy=True) if device is None else value.detach().to(device, dtype, copy=True)
             memo[id(tensor)] = nn.Parameter(wide, requires_grad=False) if isinstance(tensor, nn.Parameter) else wide
     return _clone(module, memo)

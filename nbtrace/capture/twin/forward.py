@@ -7,12 +7,13 @@ Every submodule's ``forward`` of the copy is wrapped by a collector named like t
 ``<path>@2``, ...), which fingerprints the call's float inputs (``args.0``, ``kwargs.hidden_states``, as the trace
 names them) and outputs (``out``, ``out.0``, ``out.logits``) with ``fingerprint.py``, each tensor once.
 
-The perturbed runs move the copy's stored float tensors by one rounding: ``"float64"`` every
+The perturbed run (``"float64"``) moves the copy's stored float tensors by one rounding, all at once: every
 parameter, buffer and tensor attribute by one float64 rounding (how far float64 rounding can carry the twin:
-its own precision, measured), ``"constants"`` the float tensors the model holds outside its ``state_dict`` by
-one rounding of their own dtype, of each value's size plus the table's RMS (rotary frequencies, sinusoid tables an
+its own precision, measured), and the float tensors the model holds outside its ``state_dict`` then by one
+rounding of their own dtype, of each value's size plus the table's RMS (rotary frequencies, sinusoid tables an
 implementation computes for itself: computed in their dtype, they err near their zeros too). The difference of
-the fingerprints of a perturbed run and of the twin measures each call's sensitivity to it. The rounded run
+the fingerprints of the perturbed run and of the twin measures each call's sensitivity to both: one run, where
+there were two (a ``"constants"`` kind, moving only the constants, is still accepted). The rounded run
 (``ROUNDED``, ``"bfloat16"``) is not a perturbation but a second function: the twin with its weights (the
 ``state_dict``'s float tensors) and every float top-level input rounded to bfloat16 (from the live model's own
 values), as a port that stores the model in bfloat16 holds them. A bfloat16 port's twin is compared with it float64 against float64, so the weights'
@@ -26,8 +27,8 @@ a float64 twin. Nothing of the user's model, inputs, flags or random state chang
 
 from __future__ import annotations
 
+import functools
 import json
-import random
 import weakref
 import zlib
 from collections.abc import Callable
@@ -40,12 +41,14 @@ from torch import nn
 from .copies import copy_in, non_state_constants, unrounded_buffers
 from .offload import offloaded_values
 from .state import CarriedState
+from .noise import noise as _noise, scale_by_noise as _scale_by_noise
+from .stream import Streamed, is_streamed
 from .fingerprint import fingerprint
 from .numerics import float64_twin
 from .padding import padding_candidates
 from .ranks import RankTwin
 
-PERTURBATIONS = ("float64", "constants")
+PERTURBATIONS = ("float64", "constants")  # the twin's perturbed run is "float64" (it moves the constants too)
 #: the narrower dtypes a port commonly stores a model in: the twin runs once more with the model rounded into each
 ROUNDED = ("bfloat16",)
 _UNIT = {torch.float64: 2.0**-53, torch.float32: 2.0**-24, torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11}
@@ -131,36 +134,41 @@ _INT_VIEW = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 def twin_runs(model: nn.Module, inputs: dict[str | None, tuple[tuple, dict[str, Any]]], class_name: str,
               valid: torch.Tensor | None = None, observe: Callable[[str, Any], None] | None = None,
               run: Callable[..., Any] | None = None, carried: CarriedState | None = None,
-              ranks: RankTwin | None = None) -> dict[str | None, tuple[TwinRun, Any]]:
+              ranks: RankTwin | None = None, stream: bool = False) -> dict[str | None, tuple[TwinRun, Any]]:
     """Run ``model``'s float64 twin once per entry of ``inputs`` (kind -> its inputs already in float64,
-    ``values.upcast``): ``None`` the twin, then ``"float64"`` and ``"constants"`` (``PERTURBATIONS``) on the same
-    copy, perturbed in place one after the other (the constants' run keeps the float64 perturbation: it is the
-    larger of the two by far). Returns kind -> ``(TwinRun, its output)``. ``observe(call name, output)`` sees each
+    ``values.upcast``): ``None`` the twin, then the perturbed run (``"float64"``: the weights and the constants moved at
+    once) and the rounded runs (``ROUNDED``) on the same copy, changed in place one after the other. Returns kind -> ``(TwinRun, its output)``. ``observe(call name, output)`` sees each
     call's float64 output in the twin; ``run(model, *args, **kwargs)`` calls the copy when given; ``carried`` starts
     each run from the state the model's attributes held when the forward began, in float64 (``state.py``); ``ranks``:
-    this rank's part where several ranks run their twins together (``ranks.py``), every run finished on all of them."""
+    this rank's part where several ranks run their twins together (``ranks.py``), every run finished on all of them;
+    ``stream``: no whole float64 copy, each module's float64 weights made as it runs (``stream.py``)."""
     seen_through = unrounded_buffers(model)  # once per forward, for the copy and the constants' perturbation
-    wide = copy_in(model, torch.float64, seen_through)
+    wide = copy_in(model, torch.float64, seen_through, stream=stream)
+    streamed = Streamed(model, wide) if stream else None
     state = _State(valid, ranks)
     counts: dict[str, int] = {}
     for name, module in wide.named_modules():
         if not name or hasattr(type(getattr(type(module), "forward", None)), "__set__"):
             continue  # the root is run directly; a forward property cannot be wrapped (its calls stay unseen)
-        module.__dict__["forward"] = _collector(f"{class_name}.{name}", module.forward, counts, state)
+        inner = streamed.around(module, module.forward) if streamed is not None else module.forward
+        module.__dict__["forward"] = _collector(f"{class_name}.{name}", inner, counts, state)
+    call = (run or _call) if streamed is None else streamed.around(wide, functools.partial(run or _call, wide))
     results: dict[str | None, tuple[TwinRun, Any]] = {}
     for kind, (args, kwargs) in inputs.items():
         if carried is not None:
             carried.restore(model, wide, kind)
-        if kind is not None:
-            _perturb(model, wide, kind, seen_through)
+        if kind is not None:  # the constants move with the weights unless a run of their own follows
+            _perturb(model, wide, kind, seen_through, with_constants="constants" not in inputs)
         counts.clear()
         state.begin(observe if kind is None else None)
         state.layout = kind is None or kind in ROUNDED  # a perturbed run's fingerprints meet only the twin's
         with float64_twin() as mode:
             state.mode = mode
+            if streamed is not None:
+                streamed.kind, mode.resolve = kind, streamed.resolve
             state.result.events.append("(" + class_name)
             root = _prints_of_inputs(args, kwargs, state)
-            out = run(wide, *args, **kwargs) if run is not None else wide(*args, **kwargs)
+            out = call(wide, *args, **kwargs) if streamed is None else call(*args, **kwargs)
             root.update(_prints_of_output(out, state))
             _note(state, class_name, root)
             if state.observe is not None:
@@ -172,6 +180,10 @@ def twin_runs(model: nn.Module, inputs: dict[str | None, tuple[tuple, dict[str, 
         if carried is not None:
             carried.keep(model, wide, kind)
     return results
+
+
+def _call(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
+    return module(*args, **kwargs)
 
 
 class _State:
@@ -268,29 +280,29 @@ def _key(key: Any) -> str:
     return json.dumps(key) if isinstance(key, (bool, float)) or key is None else str(key)
 
 
-def _perturb(live: nn.Module, wide: nn.Module, kind: str, seen_through: dict[int, torch.Tensor]) -> None:
+def _perturb(live: nn.Module, wide: nn.Module, kind: str, seen_through: dict[int, torch.Tensor],
+             with_constants: bool = True) -> None:
     """Move the copy's stored float tensors by one rounding (``kind``: see the module docstring), in place: each
     element times ``1 + u·r``, ``r`` in [-1, 1) from a fixed pseudo-random sequence started at a place drawn from
     the tensor's name, so it is the same on every run. ``seen_through``: the live model's constants the copy holds
-    at their wider values (``copies.unrounded_buffers``), moved by their wider dtype's rounding."""
+    at their wider values (``copies.unrounded_buffers``), moved by their wider dtype's rounding. ``with_constants``:
+    the ``"float64"`` kind moves the constants too (False: a ``"constants"`` run of their own follows)."""
     if kind in ROUNDED:
         _round(live, wide, getattr(torch, kind))
         return
     if kind not in PERTURBATIONS:
         raise ValueError(f"perturb must be one of {PERTURBATIONS + ROUNDED}, got {kind!r}")
-    if kind == "float64":
-        named = [(n, t, torch.float64) for n, t in _stored(wide)]
-    else:
-        units = {n: seen_through.get(id(t), t).dtype for n, t in non_state_constants(live)}  # seen through: wider
-        named = [(n, t, units[n]) for n, t in non_state_constants(wide) if n in units]
+    units = {n: seen_through.get(id(t), t).dtype for n, t in non_state_constants(live)}  # seen through: wider
+    constants = [(n, t, units[n]) for n, t in non_state_constants(wide)
+                 if n in units and (with_constants or kind != "float64")]
     with torch.no_grad(), torch._C.DisableTorchFunction():
-        for name, tensor, dtype in named:
-            unit = _UNIT.get(dtype, 2.0**-53)
+        if kind == "float64":  # every stored tensor by one float64 rounding, then the constants by their own
+            for name, tensor in _stored(wide):
+                _scale_by_noise(tensor, zlib.crc32(name.encode()))
+        for name, tensor, dtype in constants:  # a table computed in its dtype errs by its values' scale, near its
+            unit = _UNIT.get(dtype, 2.0**-53)  # zeros too (sin, cos)
             noise = _noise(tensor.numel(), zlib.crc32(name.encode()), tensor.device).view(tensor.shape)
-            if kind == "float64":
-                tensor.mul_(1 + unit * noise)
-            else:  # a table computed in its dtype errs by its values' scale, near its zeros too (sin, cos)
-                tensor.add_(unit * noise * (tensor.abs() + tensor.square().mean().sqrt()))
+            tensor.add_(unit * noise * (tensor.abs() + tensor.square().mean().sqrt()))
 
 
 def _round(live: nn.Module, wide: nn.Module, dtype: torch.dtype) -> None:
@@ -323,28 +335,13 @@ def rounded_inputs(value: Any, dtype: torch.dtype, depth: int = 0) -> Any:
     return value
 
 
-_NOISE: dict[torch.device, torch.Tensor] = {}
-_NOISE_LENGTH = 65521  # a prime: tiles of the sequence never line up with a tensor's rows
-
-
-def _noise(numel: int, start: int, device: torch.device) -> torch.Tensor:
-    base = _NOISE.get(device)
-    if base is None:
-        rng = random.Random(0x5EED)
-        base = _NOISE[device] = torch.tensor([2.0 * rng.random() - 1.0 for _ in range(_NOISE_LENGTH)],
-                                             dtype=torch.float64, device=device)
-    start %= _NOISE_LENGTH
-    repeats = -(-(numel + start) // _NOISE_LENGTH)
-    return (base.repeat(repeats) if repeats > 1 else base)[start:start + numel]
-
-
 def _stored(module: nn.Module) -> list[tuple[str, torch.Tensor]]:
     """Every float tensor ``module`` holds: parameters, buffers and tensor attributes, each once, by name (a DTensor
     as its local piece, which the perturbed and rounded runs change in place)."""
     found, seen = [], set()
     for prefix, sub in module.named_modules():
         for key, tensor in _held(sub):
-            if tensor.is_floating_point() and id(tensor) not in seen:
+            if tensor.is_floating_point() and id(tensor) not in seen and not is_streamed(tensor):
                 seen.add(id(tensor))
                 local = tensor.to_local() if hasattr(tensor, "to_local") else tensor  # a DTensor: this rank's piece
                 found.append((f"{prefix}.{key}" if prefix else key, local))

@@ -87,16 +87,22 @@ class TwinRecorder:
         self._digests: list[str] | None = None
         #: why no twin is recorded in this block (``measure_rounding="auto"`` and a model too large), or None
         self.skipped: str | None = None
+        #: the twin makes each module's float64 weights as it runs (``stream.py``): never a whole float64 copy
+        self.stream = True
         #: this rank's part where several ranks run their twins together (``ranks.py``), else None
         self.ranks: RankTwin | None = None
 
     def kinds(self) -> list[str | None]:
-        """The runs of a forward: the twin, the float64 perturbation, the constants' one when there are any, and the
-        model rounded to bfloat16 when it stores float parameters wider than that (``forward.ROUNDED``)."""
+        """The runs of a forward: the twin, the perturbed one (weights and constants moved at once), and the model
+        rounded to bfloat16 when it stores float parameters wider than that (``forward.ROUNDED``). Constants held
+        narrower than float32 get a perturbed run of their own (``"constants"``): in the one run, their rounding
+        would let two sides with the same constants differ by more than float32 rounds (bfloat16's, where the
+        semantic differences of a bfloat16 port lie); float32 ones move the twin by about float32's rounding."""
         if self._constants is None:
             self._constants = constants_digest(self.model)
             self._rounded = [kind for kind in ROUNDED if _stores_wider(self.model, getattr(torch, kind))]
-        return [None, "float64"] + (["constants"] if self._constants else []) + self._rounded
+        narrow = any(getattr(torch, head.split(":", 1)[0]).itemsize < 4 for head, _ in self._constants)
+        return [None, "float64"] + (["constants"] if narrow else []) + self._rounded
 
     def digests(self) -> list[str]:
         """The constants' digests (sorted), once the forward that computed them has reached the host."""
@@ -166,7 +172,7 @@ class TwinRecorder:
             return numbers
         try:
             runs = twin_runs(self.model, start.inputs, self.class_name, start.valid, observe, carried=self.carried,
-                             ranks=self.ranks)
+                             ranks=self.ranks, stream=self.stream)
             for kind, (_, wide_out) in runs.items():
                 remember(self.known[kind], out, wide_out)
         except Exception as exc:  # noqa: BLE001 - a model that cannot run in float64 keeps its trace
@@ -184,6 +190,8 @@ class TwinRecorder:
                 continue
             numbers.perturbed[kind] = {key: {place: batch.add(values) for place, (_, values) in places.items()}
                                        for key, places in run.calls.items()}
+        if self._constants and "float64" in numbers.perturbed and "constants" not in numbers.perturbed:
+            numbers.perturbed["constants"] = numbers.perturbed["float64"]  # one run moved both: s64 and sconst
         return numbers
 
     def section(self, numbers: TwinNumbers | None, root: dict[str, Any]) -> dict[str, Any]:

@@ -43,10 +43,14 @@ class Widen(TorchFunctionMode):
         super().__init__()
         #: (operation name, dtype name) of operations that returned a floating tensor narrower than float64
         self.low: list[tuple[str, str]] = []
+        #: a streamed twin's (``stream.py``): an operation's arguments with its placeholders made for it
+        self.resolve: Callable[[tuple, dict[str, Any]], tuple[tuple, dict[str, Any]]] | None = None
 
     def __torch_function__(self, func: Callable[..., Any], types: Any, args: tuple = (),
                            kwargs: dict[str, Any] | None = None) -> Any:
         kwargs = kwargs or {}
+        if self.resolve is not None:
+            args, kwargs = self.resolve(args, kwargs)
         if func in _CASTS:
             func = _TENSOR.double
         elif func not in _KEEP:

@@ -8,6 +8,7 @@ from ...core.structure import has_pruning_gaps
 from ..measure.noise import dtype_name
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ...core.trace import Trace
     from ..comparison import Comparison
 
 #: Below this share of a's calls aligned with b, "agree" is not said: the verdict is "unresolved".
@@ -40,6 +41,9 @@ def comparison_notes(comparison: Comparison) -> list[str]:
     elif comparison.method == "tolerance" and (comparison.rtol is not None or comparison.atol is not None):
         notes.append("rtol/atol given: each tensor is judged against that per-element tolerance, which cannot tell "
                      "what a call added from what it inherited (leave them out for the noise-aware verdict)")
+    sides = twin_sides_note(comparison)
+    if sides:
+        notes.append(sides)
     twin = getattr(comparison, "twin", None)
     if twin is not None:
         from .twin_born import constants_note, twin_note
@@ -79,6 +83,30 @@ def comparison_notes(comparison: Comparison) -> list[str]:
                 "check its patterns against b's module paths"
             )
     return notes
+
+
+def twin_presence(trace: Trace) -> str:
+    """Whether ``trace`` holds its float64 twin, in a few words: ``nbtrace show`` prints them, and a comparison's
+    notes where the two sides differ in it or one's was left out (then with the one line that says why)."""
+    twin = trace.twin
+    if twin is None:
+        return "none: traced with measure_rounding=False, or not by nbtrace.trace"
+    if twin.skipped or not twin.calls:
+        return f"none: {twin.skipped or 'no call was recorded'}"
+    return f"recorded at {len(twin.calls)} calls"
+
+
+def twin_sides_note(comparison: Comparison) -> str | None:
+    """Which side holds its float64 twin, where the sides differ in it or one's was left out (a live port, re-run
+    call by call, needs none)."""
+    if comparison.replay is not None:
+        return None
+    twins = [comparison.a.twin, comparison.b.twin]
+    has = [t is not None and not t.skipped and bool(t.calls) for t in twins]
+    if has[0] == has[1] and not any(t is not None and t.skipped for t in twins):
+        return None
+    return (f"the float64 twin: a {twin_presence(comparison.a)}; b {twin_presence(comparison.b)}"
+            + ("" if all(has) else " (without both twins the verdict decides from the files alone)"))
 
 
 def verdict_notes(comparison: Comparison) -> list[str]:

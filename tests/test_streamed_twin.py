@@ -1,0 +1,125 @@
+"""The streamed twin: never a whole float64 copy of the weights, each module's made as it runs (issue 37, items 1, 5).
+
+A model whose whole float64 copy would not fit the memory ``"auto"`` allows (the budget simulated) still gets its
+twin, holding one module's float64 weights at a time, and a planted bug is named from two default folders while the
+correct port agrees. Where even the streamed twin does not fit, ``"auto"`` leaves it out and says why in one line;
+``nbtrace show`` and a comparison's notes say whether each side has its twin. A streamed twin computes what a whole
+copy computes, bit for bit, a weight read outside its module's forward included.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import pytest
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+import nbtrace
+from nbtrace.capture.twin import budget
+from nbtrace.capture.twin.forward import rounded_inputs, twin_runs
+from nbtrace.capture.twin.stream import Streamed, streamed_cost
+from nbtrace.capture.twin.values import upcast
+from nbtrace.cli import main as cli_main
+
+
+class Stack(nn.Module):
+    """An embedding, a stack of blocks, and an output tied to the embedding read in the root's own code."""
+
+    def __init__(self, layers: int = 6, width: int = 48, act: str = "none") -> None:
+        super().__init__()
+        self.embed = nn.Embedding(64, width)
+        self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(width, 2 * width), nn.GELU(approximate=act),
+                                                  nn.Linear(2 * width, width)) for _ in range(layers))
+        self.norm = nn.LayerNorm(width)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        x = self.embed(ids)
+        for block in self.blocks:
+            x = x + block(x)
+        return F.linear(self.norm(x), self.embed.weight)  # the embedding's weight outside its module's forward
+
+
+def _pair(seed: int) -> tuple[Stack, Stack, Stack, torch.Tensor]:
+    torch.manual_seed(seed)
+    reference = Stack()
+    correct, buggy = Stack(), Stack(act="tanh")
+    correct.load_state_dict(reference.state_dict())
+    buggy.load_state_dict(reference.state_dict())
+    return reference, correct, buggy, torch.randint(0, 64, (2, 12))
+
+
+def _budget(monkeypatch, model: nn.Module, share_of_whole: float) -> None:
+    """Free memory such that half of it is ``share_of_whole`` of the model's whole float64 copy."""
+    whole = sum(budget.twin_cost(model).values())
+    monkeypatch.setattr(budget, "free_memory", lambda device: int(2 * share_of_whole * whole))
+
+
+def test_the_twin_streams_where_the_whole_copy_would_not_fit(tmp_path, monkeypatch):
+    reference, correct, buggy, ids = _pair(0)
+    largest = max(sum(8 * p.numel() for p in m.parameters(recurse=False)) for m in reference.modules())
+    assert sum(streamed_cost(reference).values()) <= 0.3 * sum(budget.twin_cost(reference).values())
+    _budget(monkeypatch, reference, 0.3)  # the whole float64 copy needs more than the budget allows
+    assert budget.twin_unfit(reference) is None
+    in_use: dict[int, int] = {}  # made and not yet given back (or dropped): its bytes
+    peak = [0]
+    made, release = Streamed.make, Streamed.release
+
+    def counting(self, source):
+        wide = made(self, source)
+        in_use[id(wide)] = 8 * wide.numel()
+        weakref.finalize(wide, in_use.pop, id(wide), None)
+        peak[0] = max(peak[0], sum(in_use.values()))
+        return wide
+
+    def given_back(self, wide):
+        in_use.pop(id(wide), None)
+        release(self, wide)
+        assert self.kept <= self.cap
+
+    monkeypatch.setattr(Streamed, "make", counting)
+    monkeypatch.setattr(Streamed, "release", given_back)
+    for name, model in (("a", reference), ("ok", correct), ("bug", buggy)):
+        with torch.no_grad(), nbtrace.trace(model, tmp_path / name):  # the defaults: "auto"
+            model(ids)
+    assert 0 < peak[0] <= largest  # one module's float64 weights at a time, never the whole copy
+    assert nbtrace.compare(tmp_path / "a", tmp_path / "ok").first_divergence is None
+    found = nbtrace.compare(tmp_path / "a", tmp_path / "bug").first_divergence
+    assert found is not None and found.module_path == "Stack.blocks.0.1"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_streamed_twin_computes_what_a_whole_copy_computes(dtype):
+    torch.manual_seed(1)
+    model, ids = Stack(layers=3).to(dtype), torch.randint(0, 64, (2, 9))
+    kinds = [None, "float64", "constants"] + (["bfloat16"] if dtype == torch.float32 else [])
+    found = {}
+    for stream in (False, True):
+        inputs = {kind: upcast(rounded_inputs(((ids,), {}), torch.bfloat16) if kind == "bfloat16" else ((ids,), {}),
+                               {}) for kind in kinds}
+        runs = twin_runs(model, inputs, "Stack", stream=stream)
+        found[stream] = {kind: {(key, place): values for key, places in run.calls.items()
+                                for place, (_, values) in places.items()} for kind, (run, _) in runs.items()}
+    assert found[True].keys() == found[False].keys()
+    for kind, prints in found[False].items():
+        assert prints.keys() == found[True][kind].keys()
+        assert all(torch.equal(values, found[True][kind][key]) for key, values in prints.items()), kind
+
+
+def test_auto_leaves_the_twin_out_only_where_even_streamed_it_does_not_fit(tmp_path, monkeypatch, capsys):
+    reference, correct, _, ids = _pair(2)
+    with torch.no_grad(), nbtrace.trace(reference, tmp_path / "a"):
+        reference(ids)
+    _budget(monkeypatch, correct, 0.01)
+    why = budget.twin_unfit(correct)
+    assert why is not None and why.startswith("even streamed") and "\n" not in why
+    with torch.no_grad(), nbtrace.trace(correct, tmp_path / "b"):
+        correct(ids)
+    assert cli_main(["show", str(tmp_path / "b")]) == 0
+    assert capsys.readouterr().out.rstrip().splitlines()[-1] == f"(float64 twin: none: not recorded: {why})"
+    assert cli_main(["show", str(tmp_path / "a")]) == 0
+    assert capsys.readouterr().out.rstrip().splitlines()[-1].startswith("(float64 twin: recorded at ")
+    notes = nbtrace.compare(tmp_path / "a", tmp_path / "b").notes
+    assert any(n.startswith("the float64 twin: a recorded at ") and f"b none: not recorded: {why}" in n
+               for n in notes), notes
