@@ -6,9 +6,9 @@ transformers' Llama built from a config (no download), float32 on the CPU, batch
 ``backward()``; side by side in one run, the median seconds of:
 
 - ``plain``: forward and backward, nothing traced;
-- ``forward only``: the forward traced as without the option (``nbtrace.trace``, pruned, printed values, no twin),
-  then the same backward: what the forward's trace costs by itself;
-- ``forward only, twin``: the same with the default ``measure_rounding`` (the forward's float64 twin);
+- ``forward alone`` and ``forward alone, traced``: the forward without its backward, plain (under ``no_grad``) and
+  traced as without the option (pruned, printed values, no twin): what the forward's own trace costs;
+- ``forward alone, twin``: traced with the default ``measure_rounding`` (the forward's float64 twin);
 - ``backward, no twin``: ``backward=True`` with ``measure_rounding=False`` (pruned, printed values);
 - ``backward, default``: ``backward=True`` with the default ``measure_rounding`` (the forward's float64 twin, and
   its backward);
@@ -52,10 +52,13 @@ def _step(model: torch.nn.Module, ids: torch.Tensor) -> None:
     model.zero_grad(set_to_none=True)
 
 
-def _forward_only(model: torch.nn.Module, ids: torch.Tensor, folder: Path, **options) -> None:
-    with nbtrace.trace(model, folder, **options):
-        model(input_ids=ids)
-    _step_plain(model, ids)
+def _forward_alone(model: torch.nn.Module, ids: torch.Tensor, folder: Path | None = None, **options) -> None:
+    with torch.no_grad():
+        if folder is None:
+            model(input_ids=ids)
+            return
+        with nbtrace.trace(model, folder, **options):
+            model(input_ids=ids)
 
 
 def _step_plain(model: torch.nn.Module, ids: torch.Tensor) -> None:
@@ -101,15 +104,16 @@ def main() -> None:
         folder = Path(root)
         cases = {
             "plain": lambda: _step_plain(model, ids),
-            "forward only": lambda: _forward_only(model, ids, folder / "f", measure_rounding=False),
-            "forward only, twin": lambda: _forward_only(model, ids, folder / "t"),
+            "forward alone": lambda: _forward_alone(model, ids),
+            "forward alone, traced": lambda: _forward_alone(model, ids, folder / "f", measure_rounding=False),
+            "forward alone, twin": lambda: _forward_alone(model, ids, folder / "t"),
             "backward, no twin": lambda: _traced(model, ids, folder / "b", measure_rounding=False),
             "backward, default": lambda: _traced(model, ids, folder / "d"),
             "backward, full tensors": lambda: _traced(model, ids, folder / "s", measure_rounding=False,
                                                       use_repr=False),
         }
         if args.no_twin:
-            cases = {name: run for name, run in cases.items() if "twin" not in name and "default" not in name}
+            cases = {name: run for name, run in cases.items() if name not in ("forward alone, twin", "backward, default")}
         results = _rounds(args.rounds, cases)
     print(f"Llama {args.layers} layers, hidden {args.hidden}, batch 2 x {args.seq} tokens, float32, "
           f"{torch.get_num_threads()} threads, median of {args.rounds} rounds (ratio: median of each round's):")
