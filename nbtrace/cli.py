@@ -107,6 +107,8 @@ def _show(args: argparse.Namespace) -> int:
     trace = load_trace(forwards[step])
     say(format_tree(trace, max_depth=args.depth, contains=args.filter))
     say(f"\n(float64 twin: {twin_presence(trace)})")
+    if (backward := backward_text(trace)) is not None:  # the step's backward passes
+        say(backward)
     if len(forwards) > 1:
         say(f"\n(step {step} of the {len(forwards)} forwards in {args.path}; --step N shows another)")
     return 0

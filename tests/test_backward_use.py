@@ -60,6 +60,15 @@ def test_nbtrace_show_tells_the_backward(folders, capsys):
     assert "gradient norm at each layer's outputs: 0: " in out
 
 
+def test_nbtrace_show_tells_the_backward_of_each_forward(tmp_path, capsys):
+    model = bm.build(0).train()
+    with nbtrace.trace(model, tmp_path, backward=True, measure_rounding=False):
+        bm.train_step(model)
+        bm.train_step(model, seed=1)
+    assert cli_main(["show", str(tmp_path), "--step", "0"]) == 0
+    assert "backward: 1 pass(es) recorded" in capsys.readouterr().out
+
+
 def test_assert_port_matches_backward(folders):
     assert_port_matches(folders["a"], folders["sdpa"], backward=True)
     assert_port_matches(folders["a"], folders["bug"])  # the forward alone agrees
