@@ -98,3 +98,27 @@ def test_the_verdict_is_json(folders):
     data = json.loads(json.dumps(verdict.as_dict()))
     assert data["state"] == "diverge" and data["first_divergence"]["module_path"] == bm.BUGS["inplace_act"]
     assert data["first_divergence"]["hidden"] is True  # layer 1 of 3: pruned from the files, seen by the twin
+
+
+def test_transformers_llama_sdpa_and_checkpointing_agree_and_a_wrong_backward_is_named(tmp_path):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    def record(name, attention, checkpointing=False, bug=False):
+        torch.manual_seed(0)
+        config = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+                             num_attention_heads=4, num_key_value_heads=2, attn_implementation=attention,
+                             use_cache=False)
+        model = LlamaForCausalLM(config).train()
+        if bug:
+            model.model.layers[1].mlp.act_fn = bm.CustomSiLU(wrong=True)
+        if checkpointing:  # transformers 5 renamed it (its default: use_reentrant=False)
+            (getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable)()
+        ids = torch.randint(0, 128, (2, 12), generator=torch.Generator().manual_seed(0))
+        with nbtrace.trace(model, tmp_path / name, backward=True):
+            model(input_ids=ids, labels=ids).loss.backward()
+        return tmp_path / name
+
+    eager = record("eager", "eager")
+    assert nbtrace.compare(eager, record("sdpa", "sdpa", checkpointing=True)).backward.state == "agree"
+    verdict = nbtrace.compare(eager, record("bug", "sdpa", checkpointing=True, bug=True)).backward
+    assert verdict.module_path == "LlamaForCausalLM.model.layers.1.mlp.act_fn"
