@@ -136,12 +136,13 @@ def twin_runs(model: nn.Module, inputs: dict[str | None, tuple[tuple, dict[str, 
               run: Callable[..., Any] | None = None, carried: CarriedState | None = None,
               ranks: RankTwin | None = None, stream: bool = False) -> dict[str | None, tuple[TwinRun, Any]]:
     """Run ``model``'s float64 twin once per entry of ``inputs`` (kind -> its inputs already in float64,
-    ``values.upcast``): ``None`` the twin, then the perturbed run (``"float64"``: the weights and the constants moved at
-    once) and the rounded runs (``ROUNDED``) on the same copy, changed in place one after the other. Returns kind -> ``(TwinRun, its output)``. ``observe(call name, output)`` sees each
-    call's float64 output in the twin; ``run(model, *args, **kwargs)`` calls the copy when given; ``carried`` starts
-    each run from the state the model's attributes held when the forward began, in float64 (``state.py``); ``ranks``:
-    this rank's part where several ranks run their twins together (``ranks.py``), every run finished on all of them;
-    ``stream``: no whole float64 copy, each module's float64 weights made as it runs (``stream.py``)."""
+    ``values.upcast``): ``None`` the twin, then the perturbed run (``"float64"``: the weights and the constants moved
+    at once) and the rounded runs (``ROUNDED``) on the same copy, changed in place one after the other. Returns kind
+    -> ``(TwinRun, its output)``. ``observe(call name, output)`` sees each call's float64 output in the twin;
+    ``run(model, *args, **kwargs)`` calls the copy when given; ``carried`` starts each run from the state the model's
+    attributes held when the forward began, in float64 (``state.py``); ``ranks``: this rank's part where several ranks
+    run their twins together (``ranks.py``), every run finished on all of them; ``stream``: no whole float64 copy,
+    each module's float64 weights made as it runs (``stream.py``)."""
     seen_through = unrounded_buffers(model)  # once per forward, for the copy and the constants' perturbation
     wide = copy_in(model, torch.float64, seen_through, stream=stream)
     streamed = Streamed(model, wide) if stream else None
