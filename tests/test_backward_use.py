@@ -86,6 +86,7 @@ def test_gradient_table_and_plot(folders):
     norm = frame[(frame.module_path == "TinyTrainLM.layers.0") & (frame.io == "grad_output")]["norm"].iloc[0]
     tensor = nbtrace.load_trace(folders["a"]).backward.trace["TinyTrainLM.layers.0"].outputs
     assert norm == pytest.approx((tensor.mean ** 2 + tensor.std ** 2) ** 0.5 * tensor.numel ** 0.5)
+    assert "Backward of TinyTrainLM" in backward._repr_html_() and "TinyTrainLM.layers.0" in backward._repr_html_()
     ax = nbtrace.plot_gradient_norms(folders["a"], compare=folders["bug"])
     assert len(ax.get_lines()) == 2 and ax.get_yscale() == "log"
     xs = list(ax.get_lines()[0].get_xdata())

@@ -134,6 +134,13 @@ class Backward:
     def __repr__(self) -> str:
         return f"<Backward: {len(self.passes)} pass(es) of {self.trace.model_name}>"
 
+    def _repr_html_(self) -> str:
+        """In a notebook: the latest pass's gradient tree (a call's outputs: the gradient that reached them; its
+        inputs: what it sent), as a Trace shows itself."""
+        head = (f"<div><b>Backward of {self.trace.model_name}</b> · {len(self.passes)} pass(es), the latest shown "
+                "(outputs: the gradient that reached each call; inputs: what it sent)</div>")
+        return head + self.trace._repr_html_()
+
 
 def parse_backward(document: Any, where: Path, base_dir: Path) -> Backward:
     """Build a Backward from the file's JSON (malformed: TraceFormatError naming ``where``)."""
