@@ -168,7 +168,7 @@ class TinyTrainLM(nn.Module):
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         h = self.embed_tokens(ids)
         for layer in self.layers:
-            if self.checkpoint and self.training:
+            if self.checkpoint and self.training and torch.is_grad_enabled():  # as a no_grad run needs no rerun
                 h = checkpoint(layer, h, use_reentrant=self.reentrant, preserve_rng_state=self.preserve_rng)
             else:
                 h = layer(h)
