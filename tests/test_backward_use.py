@@ -106,6 +106,16 @@ def test_forward_and_backward_side_by_side(folders):
     assert row["grad_output_rms"] > 0 and row["output_rms"] > 0
 
 
+def test_the_view_shows_a_call_s_gradients(folders):
+    trace = nbtrace.load_trace(folders["a"])
+    view = nbtrace.TraceView(trace)
+    detail = view.detail(view._shown.row_of(trace["TinyTrainLM.layers.0.mlp.down_proj"]))
+    shown = {(x["io"], x["arg"]): x for x in detail["tensors"]}
+    assert {("output", "grad out"), ("input", "grad args.0"), ("output", "grad weight")} <= set(shown)
+    grads = trace.backward.trace["TinyTrainLM.layers.0.mlp.down_proj"]
+    assert shown[("output", "grad out")]["shape"] == list(grads.outputs.shape)
+
+
 def test_modeltrace_backward(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     ip = InteractiveShell.instance()

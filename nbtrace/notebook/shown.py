@@ -16,6 +16,7 @@ from ..core.load import load_trace
 from ..core.node import Node
 from ..core.trace import Trace
 from .compare_payload import comparison_detail, comparison_payload
+from .backward_detail import add_gradients
 from .detail import node_detail
 from .payload import tree_payload
 from .steps_source import StepSource, is_several
@@ -124,6 +125,7 @@ class Shown:
         if node is None:
             return {"path": "", "marker": True}
         detail = node_detail(node, self._totals[node.module_path])
+        add_gradients(self.trace, node, detail)  # a trace recorded with backward=True: its gradients too
         if self.report is not None:
             detail["comparison"] = comparison_detail(self.comparison, node, self.report[node.index], self.divergence)
         return detail
