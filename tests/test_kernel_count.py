@@ -45,9 +45,9 @@ HOST_ONLY = {transfer.checksum.__code__}  # reads host copies only (it refuses a
 #: the run's sketch of a printed trace without its twin (capture/sketch.py): its own few kernels per sketched tensor,
 #: counted apart from the summaries'
 SKETCH_CODE = {RunSketch.__init__.__code__, RunSketch._numbers.__code__, RunSketch._keep.__code__}
-#: per sketched tensor (measured: 14.8 on the demo): its float64 copy, the chunk signs' multiply and sum, the last
-#: chunk's multiply, add and copy, two dot products and their sum, the element signs' multiply and sum, one join
-SKETCH_PER_TENSOR = 16
+#: per sketched tensor (measured: 10.3 on the demo): its float64 copy, the padding rows zeroed, the last chunk padded,
+#: two matrix-vector products (and their squeezes), the sum of squares, one join
+SKETCH_PER_TENSOR = 12
 SKETCH_PER_FORWARD = 12  # finding the padding mask and its digest, once per forward
 #: the sketch's pieces (float64 sums, counts) are kinds of their own in the forward's one transfer: a few joins more
 SKETCH_JOINS = 6

@@ -252,4 +252,5 @@ def model_addition_debugger_context(
     """
     with trace(model, debug_path, do_prune_layers, use_repr, measure_rounding=False) as recorder:
         recorder.record_outside = False  # transformers' debugger records only calls inside the model's forward
+        recorder.sketch_runs = False  # nor sketches the run: the drop-in costs what transformers' files cost
         yield model

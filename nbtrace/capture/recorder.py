@@ -78,9 +78,9 @@ class Recorder:
         self._fingerprints = ParameterFingerprints(model, self.class_name)
         self._site = Site(self.class_name, True)  # the model re-entering its own forward
         self._top_site = Site(f"{self.class_name} (top-level)", True)
-        #: whether a module called outside the model's forward is recorded as a forward of its own (``nbtrace.trace``)
-        #: or not at all (transformers' drop-in, as transformers' debugger)
-        self.record_outside = True
+        #: a module called outside the model's forward recorded as a forward of its own, and a printed forward without
+        #: its twin sketched (``sketch.py``): ``nbtrace.trace``'s; neither in the drop-in (transformers' files, cost)
+        self.record_outside = self.sketch_runs = True
         #: measures rounding as it records (``measure_rounding``, ``rounding.py``); None when off
         self.rounding: RoundingMeter | None = None
         self._devices: list[str] | None = None  # the model's devices, for the numerics section (first forward)
@@ -176,7 +176,7 @@ class Recorder:
                 run.autocast[id(node)] = autocast_state()
             probe = GenerationProbe.start(args, kwargs) if module is self.model else None
             measures = self.rounding.start(run, args, kwargs, module) if self.rounding is not None else None
-            if self.rounding is None and self.use_repr:  # printed, no twin: the run's sketch (``sketch.py``)
+            if self.rounding is None and self.use_repr and self.sketch_runs:  # printed, no twin (``sketch.py``)
                 run.sketch = RunSketch(run.serialize.batch, args, kwargs, run.speculation)
                 run.sketch.enter(root, args, kwargs)
             try:

@@ -111,29 +111,26 @@ class RunSketch:
 
     def _numbers(self, x: torch.Tensor) -> tuple[torch.Tensor, Slot | int]:
         """The fingerprint's 16 sums (``twin/fingerprint.py``: the same signs and chunks) of ``x``'s values in float64
-        with padding rows zeroed, and their sum of squares (three passes over ``x``); and how many were kept. NaNs and
-        sentinels are not left out as the twin's fingerprint leaves them: they make the numbers unusable
-        (``_entry``)."""
+        with padding rows zeroed, and their sum of squares; and how many were kept. A few kernels per tensor: its
+        float64 copy, the last chunk padded with zeros, the chunks folded by their signs and then into the 16 sums
+        (two matrix-vector products), the sum of squares, one join. NaNs and sentinels are not left out as the twin's
+        fingerprint leaves them: they make the numbers unusable (``_entry``)."""
         with torch._C.DisableTorchFunction():
             device = x.device
-            values = x.detach()
+            values = x.detach().to(torch.float64)
             kept: Slot | int = x.numel()
             shape = valid_shape(tuple(x.shape), tuple(self.valid.shape)) if self.valid is not None else None
             if shape is not None:
                 keep, kept = self._keep(tuple(shape), x.numel() // math.prod(shape), device)
                 values = torch.where(keep, values, 0.0)
             values = values.reshape(-1)
-            full, rest = divmod(values.numel(), CHUNK)
-            w, s = _signs(device, full + 1)
-            # the whole chunks in float64, each times its sign (W's are ±1: the squares are the values'), summed
-            signed = values[: full * CHUNK].view(full, CHUNK) * w[:full, None]
-            folded = signed.sum(0)
-            sumsq = torch.dot(signed.view(-1), signed.view(-1))
+            rest = values.numel() % CHUNK
             if rest:  # the last chunk, its missing elements zeros
-                tail = values[full * CHUNK:].to(torch.float64)
-                folded[:rest] += w[full] * tail
-                sumsq = sumsq + torch.dot(tail, tail)
-            return torch.cat([(folded.view(CHUNK // SUMS, SUMS) * s).sum(0), sumsq.reshape(1)]), kept
+                values = torch.nn.functional.pad(values, (0, CHUNK - rest))
+            chunks = values.view(-1, CHUNK)
+            w, s = _signs(device, chunks.shape[0])
+            sums = (w[: chunks.shape[0]] @ chunks) @ s
+            return torch.cat([sums, torch.dot(values, values).reshape(1)]), kept
 
     def _keep(self, shape: tuple[int, ...], times: int, device: torch.device) -> tuple[torch.Tensor, Slot]:
         """The padding mask broadcast to ``shape`` (bool), and the slot of how many of ``times`` such blocks keep."""
@@ -173,13 +170,16 @@ _SIGNS: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
 
 
 def _signs(device: torch.device, chunks: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The fingerprint's chunk signs ``W`` and its element signs ``S`` as ``[CHUNK/16, 16]`` (``twin/signs.py``;
-    element ``i`` of a chunk goes to sum ``i mod 16``), kept per device."""
+    """The fingerprint's chunk signs ``W`` and its element signs ``S`` as a ``[CHUNK, 16]`` matrix that folds a chunk
+    into the 16 sums (``twin/signs.py``: element ``i`` of a chunk goes to sum ``i mod 16`` with the sign ``S[i]``),
+    kept per device."""
     found = _SIGNS.get(device)
     if found is None or found[0].shape[0] < chunks:
-        s = torch.tensor(sign_sequence(SEED_S, CHUNK), dtype=torch.float64, device=device).view(CHUNK // SUMS, SUMS)
+        s = torch.tensor(sign_sequence(SEED_S, CHUNK), dtype=torch.float64, device=device)
+        fold = torch.zeros(CHUNK, SUMS, dtype=torch.float64, device=device)
+        fold[torch.arange(CHUNK, device=device), torch.arange(CHUNK, device=device) % SUMS] = s
         w = torch.tensor(chunk_signs(max(chunks, 1)), dtype=torch.float64, device=device)
-        found = _SIGNS[device] = w, s
+        found = _SIGNS[device] = w, fold
     return found
 
 
