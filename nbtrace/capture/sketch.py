@@ -27,7 +27,8 @@ from ..core.sketch import SKETCH_VERSION
 from ..core.twin import SUMS, TwinPrint
 from .twin.forward import find_valid
 from .twin.print_numbers import padding_text
-from .twin.signs import CHUNK, SEED_S, SENTINEL, chunk_signs, sign_sequence, valid_shape
+from .twin.fingerprint import element_and_chunk_signs
+from .twin.signs import CHUNK, SENTINEL, valid_shape
 
 if TYPE_CHECKING:  # pragma: no cover
     from .speculate import Site, Speculation
@@ -166,21 +167,19 @@ def _sketched(forward: Any) -> bool:
     return not parameters or not any(p is not None and p.dim() >= 2 for p in parameters.values())
 
 
-_SIGNS: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+_FOLDS: dict[torch.device, torch.Tensor] = {}
 
 
 def _signs(device: torch.device, chunks: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The fingerprint's chunk signs ``W`` and its element signs ``S`` as a ``[CHUNK, 16]`` matrix that folds a chunk
-    into the 16 sums (``twin/signs.py``: element ``i`` of a chunk goes to sum ``i mod 16`` with the sign ``S[i]``),
-    kept per device."""
-    found = _SIGNS.get(device)
-    if found is None or found[0].shape[0] < chunks:
-        s = torch.tensor(sign_sequence(SEED_S, CHUNK), dtype=torch.float64, device=device)
-        fold = torch.zeros(CHUNK, SUMS, dtype=torch.float64, device=device)
+    """The fingerprint's chunk signs ``W`` (``twin/fingerprint.py``'s) and its element signs ``S`` as a ``[CHUNK, 16]``
+    matrix that folds a chunk into the 16 sums (element ``i`` of a chunk goes to sum ``i mod 16`` with the sign
+    ``S[i]``), kept per device."""
+    s, w = element_and_chunk_signs(device, max(chunks, 1))
+    fold = _FOLDS.get(device)
+    if fold is None:
+        fold = _FOLDS[device] = torch.zeros(CHUNK, SUMS, dtype=torch.float64, device=device)
         fold[torch.arange(CHUNK, device=device), torch.arange(CHUNK, device=device) % SUMS] = s
-        w = torch.tensor(chunk_signs(max(chunks, 1)), dtype=torch.float64, device=device)
-        found = _SIGNS[device] = w, fold
-    return found
+    return w, fold
 
 
 def _entry(shape: tuple[int, ...], values: list[float], kept: Slot | int) -> dict[str, Any] | None:

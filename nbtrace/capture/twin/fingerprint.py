@@ -34,7 +34,9 @@ _W: dict[torch.device, torch.Tensor] = {}
 _AXES: dict[tuple[int, torch.device], torch.Tensor] = {}
 
 
-def _signs(device: torch.device, chunks: int) -> tuple[torch.Tensor, torch.Tensor]:
+def element_and_chunk_signs(device: torch.device, chunks: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The signs ``S`` of a chunk's elements and ``W`` of the first ``chunks`` chunks, float64 on ``device``,
+    kept per device (``signs.py`` draws them)."""
     s = _S.get(device)
     if s is None:
         s = _S[device] = torch.tensor(sign_sequence(SEED_S, CHUNK), dtype=torch.float64, device=device)
@@ -76,7 +78,7 @@ def fingerprint(x: torch.Tensor, valid: torch.Tensor | None = None, layout: bool
         kept = ok.sum().to(torch.float64)
         n = values.numel()
         full, rest = divmod(n, CHUNK)
-        s, w = _signs(x.device, full + 1)
+        s, w = element_and_chunk_signs(x.device, full + 1)
         folded = torch.zeros(CHUNK, dtype=torch.float64, device=x.device)
         if full:
             folded += w[:full] @ values[: full * CHUNK].view(full, CHUNK)
@@ -90,7 +92,8 @@ def fingerprint(x: torch.Tensor, valid: torch.Tensor | None = None, layout: bool
         return torch.cat([sums, extra, layout_sums(values, axes)])
 
 
-def _axis(size: int, device: torch.device) -> torch.Tensor:
+def axis_sign_rows(size: int, device: torch.device) -> torch.Tensor:
+    """The layout sums' signs of an axis of ``size``: ``[size, AXIS_SUMS]``, float64 on ``device``, kept."""
     found = _AXES.get((size, device))
     if found is None:
         found = _AXES[size, device] = torch.tensor(axis_signs(size), dtype=torch.float64,
@@ -101,7 +104,7 @@ def _axis(size: int, device: torch.device) -> torch.Tensor:
 def layout_sums(values: torch.Tensor, axes: tuple[int, ...]) -> torch.Tensor:
     """The ``AXIS_SUMS`` layout sums of ``values`` (float64, flat) held in ``axes`` (``signs.axis_shape``): the last
     axis contracted with its signs in one matrix product, then each earlier one, last to first."""
-    found = values.view(-1, axes[-1]) @ _axis(axes[-1], values.device)
+    found = values.view(-1, axes[-1]) @ axis_sign_rows(axes[-1], values.device)
     for size in reversed(axes[:-1]):
-        found = (found.view(-1, size, AXIS_SUMS) * _axis(size, values.device)).sum(1)
+        found = (found.view(-1, size, AXIS_SUMS) * axis_sign_rows(size, values.device)).sum(1)
     return found.view(AXIS_SUMS)

@@ -19,22 +19,8 @@ from collections.abc import Sequence
 
 import torch
 
-from .signs import (AXIS_RANK, AXIS_SUMS, CHUNK, SEED_S, SENTINEL, SUMS, WIDTH, axis_signs, chunk_signs,
-                    sign_sequence, valid_shape)
-
-_S: dict[torch.device, torch.Tensor] = {}
-_W: dict[torch.device, torch.Tensor] = {}
-_AXES: dict[tuple[int, torch.device], torch.Tensor] = {}
-
-
-def _signs(device: torch.device, chunks: int) -> tuple[torch.Tensor, torch.Tensor]:
-    s = _S.get(device)
-    if s is None:
-        s = _S[device] = torch.tensor(sign_sequence(SEED_S, CHUNK), dtype=torch.float64, device=device)
-    w = _W.get(device)
-    if w is None or w.shape[0] < chunks:
-        w = _W[device] = torch.tensor(chunk_signs(chunks), dtype=torch.float64, device=device)
-    return s, w
+from .fingerprint import axis_sign_rows, element_and_chunk_signs
+from .signs import AXIS_RANK, AXIS_SUMS, CHUNK, SENTINEL, SUMS, WIDTH, valid_shape
 
 
 def _strides(shape: Sequence[int]) -> list[int]:
@@ -80,7 +66,7 @@ def placed_fingerprint(x: torch.Tensor, whole: Sequence[int], offset: Sequence[i
         else:
             counted = torch.tensor(float(x.numel()), dtype=torch.float64, device=device)
         values = torch.where(ok, x, 0.0).reshape(-1)
-        s, w = _signs(device, -(-max(1, _numel(whole)) // CHUNK))
+        s, w = element_and_chunk_signs(device, -(-max(1, _numel(whole)) // CHUNK))
         # as ``fingerprint`` sums: each chunk's elements with its sign into 4096 slots, then the slots into 16 sums
         folded = torch.zeros(CHUNK, dtype=torch.float64, device=device).index_add_(
             0, index % CHUNK, values * w[index // CHUNK])
@@ -90,20 +76,12 @@ def placed_fingerprint(x: torch.Tensor, whole: Sequence[int], offset: Sequence[i
         return torch.cat([numbers, _layout_share(values.view(x.shape), whole, offset)]) if wide else numbers
 
 
-def _axis(size: int, device: torch.device) -> torch.Tensor:
-    found = _AXES.get((size, device))
-    if found is None:
-        found = _AXES[size, device] = torch.tensor(axis_signs(size), dtype=torch.float64,
-                                                   device=device).view(size, AXIS_SUMS)
-    return found
-
-
 def _layout_share(values: torch.Tensor, whole: Sequence[int], offset: Sequence[int]) -> torch.Tensor:
     """The block's share of the whole's ``AXIS_SUMS`` layout sums (``fingerprint.layout_sums``): over the axes the
     whole holds longer than one, the last contracted with its signs' rows the block covers, then each earlier one."""
     dims = [d for d, n in enumerate(whole) if n != 1]
     block = values.reshape([values.shape[d] for d in dims])  # the whole's axes of one are the block's too
-    rows = [_axis(whole[d], values.device)[offset[d]:offset[d] + block.shape[k]] for k, d in enumerate(dims)]
+    rows = [axis_sign_rows(whole[d], values.device)[offset[d]:offset[d] + block.shape[k]] for k, d in enumerate(dims)]
     found = block.reshape(-1, block.shape[-1]) @ rows[-1]
     for k in reversed(range(len(dims) - 1)):
         found = (found.view(-1, block.shape[k], AXIS_SUMS) * rows[k]).sum(1)
