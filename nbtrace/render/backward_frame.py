@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.dtypes import short_dtype
 from ..core.paths import is_layer_block_call
+from .frame import SCHEMA as FRAME_SCHEMA, call_columns
 from .table import Columns
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -22,26 +23,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..core.gradients import Backward, GradPass
     from ..core.tensor import TensorValue
 
-SCHEMA = (
-    ("node", "int"),
-    ("module_path", "str"),
-    ("name", "str"),
-    ("depth", "int"),
-    ("call_index", "int"),
-    ("layer", "Int64"),
-    ("leaf", "bool"),
-    ("io", "str"),
-    ("arg", "str"),
-    ("shape", "tuple"),
-    ("dtype", "str"),
-    ("numel", "int"),
-    ("mean", "float"),
-    ("std", "float"),
-    ("min", "float"),
-    ("max", "float"),
-    ("rms", "float"),
-    ("norm", "float"),
-)
+SCHEMA = FRAME_SCHEMA + (("rms", "float"), ("norm", "float"))  # the forward's table's columns, and the sizes
 _IO = {"output": "grad_output", "input": "grad_input"}
 
 
@@ -57,8 +39,7 @@ def gradient_frame(grad_pass: GradPass) -> pandas.DataFrame:
     """One row per recorded gradient of one backward pass (see the module docstring)."""
     rows = Columns(SCHEMA)
     for position, node in enumerate(grad_pass.trace.nodes()):
-        call = {"node": position, "module_path": node.module_path, "name": node.name, "depth": node.depth,
-                "call_index": node.call_index, "layer": node.layer, "leaf": not node.children}
+        call = call_columns(position, node)
         for io, arg, tensor in node.tensors():
             _add(rows, call, _IO.get(io, io), arg, tensor)
     for name, tensor in grad_pass.parameters.items():

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import math
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..core.dtypes import short_dtype
 from ..core.load import load_trace
+from ..core.node import Node
 from ..core.trace import Trace
 from .table import Columns
 
@@ -58,15 +59,7 @@ def to_dataframe(trace: Trace | str | os.PathLike) -> pandas.DataFrame:
         tensors = node.tensors()
         if not tensors:
             continue
-        call = {
-            "node": position,
-            "module_path": node.module_path,
-            "name": node.name,
-            "depth": node.depth,
-            "call_index": node.call_index,
-            "layer": node.layer,
-            "leaf": not node.children,
-        }
+        call = call_columns(position, node)
         for io, arg, tensor in tensors:
             add(
                 **call,
@@ -81,3 +74,9 @@ def to_dataframe(trace: Trace | str | os.PathLike) -> pandas.DataFrame:
                 max=tensor.max,
             )
     return rows.frame("nbtrace.to_dataframe")
+
+
+def call_columns(position: int, node: Node) -> dict[str, Any]:
+    """The columns that say which call a row's tensor belongs to (``node`` its position in call order)."""
+    return {"node": position, "module_path": node.module_path, "name": node.name, "depth": node.depth,
+            "call_index": node.call_index, "layer": node.layer, "leaf": not node.children}
