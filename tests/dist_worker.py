@@ -11,6 +11,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import Shard, distribute_tensor
 
 import nbtrace
+import rank_exit  # beside this script, which runs as its own process
 
 
 class Scatter(nn.Module):
@@ -76,3 +77,4 @@ def main(out_dir: str) -> None:
 
 if __name__ == "__main__":
     main(sys.argv[1])
+    rank_exit.leave()

@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import nbtrace
 from nbtrace.capture.twin import ranks as ranks_twin
 from tests.models import tp_models as tm
+from tests import rank_exit  # noqa: E402
 
 #: variant -> (split, what is damaged: (kind, parameter, factor) or None)
 VARIANTS = {
@@ -86,3 +87,4 @@ def main(out: Path, names: list[str] | None = None) -> None:
 if __name__ == "__main__":
     torch.set_num_threads(1)
     main(Path(sys.argv[1]), sys.argv[2].split(",") if len(sys.argv) > 2 else None)
+    rank_exit.leave()

@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import nbtrace
 from tests.models import tp_models as tm
+from tests import rank_exit  # noqa: E402
 
 SHARD_DAMAGE = "layers.0.mlp.up_proj.weight"
 REPLICA_DAMAGE = "layers.0.input_layernorm.weight"
@@ -84,3 +85,4 @@ def main(out: Path) -> None:
 if __name__ == "__main__":
     torch.set_num_threads(1)
     main(Path(sys.argv[1]))
+    rank_exit.leave()
