@@ -127,9 +127,9 @@ def _has_values(shown: Shown) -> bool:
     return any(side.kind != "summary" for side in sides)
 
 
-def _forwards(state: PageState, values: bool) -> list[tuple[str, list[str]]]:
-    """Each step's payload (JSON) and its rows' details, packed in chunks of ``DETAIL_CHUNK`` rows; one
-    forward: a list of one."""
+def _forwards(state: PageState, values: bool) -> list[tuple[str, list[str], str]]:
+    """Each step's payload (JSON), its rows' details, packed in chunks of ``DETAIL_CHUNK`` rows, and its gradient
+    plot (JSON, "" without a backward pass); one forward: a list of one."""
     out = []
     count = state.steps.count if state.steps is not None else 1
     for k in range(count):
@@ -145,7 +145,8 @@ def _forwards(state: PageState, values: bool) -> list[tuple[str, list[str]]]:
             payload, details = _without_values(payload), _without_values(details)
         payload, details = _private(payload, details)
         chunks = [_packed(details[at:at + DETAIL_CHUNK]) for at in range(0, len(details), DETAIL_CHUNK)]
-        out.append((_json(payload), chunks))
+        gradients = shown.gradients_json()
+        out.append((_json(payload), chunks, _json(json.loads(gradients)) if gradients else ""))
     return out
 
 
@@ -186,8 +187,10 @@ def html_document(state: PageState, *, values: bool = False) -> str:
         f'<footer class="nbt-page-foot">{html.escape(footer)}</footer>\n',
         _data("nbt-view", _json(view)),
     ]
-    for k, (payload, details) in enumerate(_forwards(state, values)):
+    for k, (payload, details, gradients) in enumerate(_forwards(state, values)):
         parts.append(_data(f"nbt-payload-{k}", payload))
+        if gradients:
+            parts.append(_data(f"nbt-gradients-{k}", gradients))
         for chunk, packed in enumerate(details):
             parts.append(f'<script type="application/octet-stream" id="nbt-details-{k}-{chunk}">{packed}</script>\n')
     parts.append(f'<script type="module">{script}</script>\n</body>\n</html>\n')

@@ -18,6 +18,7 @@ from ..core.trace import Trace
 from .compare_payload import comparison_detail, comparison_payload
 from .backward_detail import add_gradients
 from .detail import node_detail
+from .gradient_plot import gradient_plot_json
 from .payload import tree_payload
 from .steps_source import StepSource, is_several
 
@@ -108,6 +109,13 @@ class Shown:
         """The module path of the row the view opens on ("" for none)."""
         node = self.row_nodes[self.selected_row] if self.selected_row >= 0 else None
         return node.module_path if node is not None else ""
+
+    def gradients_json(self) -> str:
+        """The gradient plot's data as compact JSON, "" where no side recorded a backward pass (the ``gradients``
+        trait; ``gradient_plot.py``)."""
+        if not hasattr(self, "_gradients"):
+            self._gradients = gradient_plot_json(self.trace, self.row_of_node, self.comparison, self.report)
+        return self._gradients
 
     def payload_json(self) -> str:
         """The payload as compact JSON (what the widget's ``payload`` trait holds)."""

@@ -2,7 +2,8 @@
 // It plays anywidget's model for render() from the JSON the page carries, so the widget runs with no
 // kernel: `payload` is the shown step's <script id="nbt-payload-K">, a row's details (which a kernel
 // would send) come from <script id="nbt-details-K-C"> (compressed, by chunks of rows), read when a row of
-// the chunk is first selected, and a new step swaps the payload as the kernel does. The page follows the
+// the chunk is first selected, `gradients` (a backward pass's plot) from <script id="nbt-gradients-K">, and a
+// new step swaps the payload and the plot as the kernel does. The page follows the
 // system's light or dark theme.
 
 /** The text of the page's data block `id` ("" when the page has none). */
@@ -23,7 +24,8 @@ function rowOfCall(payload, path, k) {
 
 /** anywidget's model (get, set, on, off, save_changes, send) for the view the page opens on. */
 function pageModel(view) {
-  const traits = { ...view, words: undefined, payload: pageData(`nbt-payload-${view.step}`) || "{}" };
+  const traits = { ...view, words: undefined, payload: pageData(`nbt-payload-${view.step}`) || "{}",
+    gradients: pageData(`nbt-gradients-${view.step}`) };
   const handlers = new Map();
   const details = new Map(); // "step-chunk" -> a promise of those rows' details, read on first use
   let shownStep = view.step;
@@ -56,6 +58,8 @@ function pageModel(view) {
     shownStep = step;
     traits.selected_row = keep;
     traits.selected = keep >= 0 ? buildTree(after).path[keep] : "";
+    traits.gradients = pageData(`nbt-gradients-${step}`);
+    emit("change:gradients");
     traits.payload = text;
     emit("change:payload");
   }

@@ -1,4 +1,4 @@
-// TraceView front end, part 5 of 5: the view (joined after compare_head.js, see view.py): a virtualized
+// TraceView front end, the view (joined last, after gradient_plot.js, see assets.py): a virtualized
 // call tree of an nbtrace Trace, or of trace a of a comparison. A plain ES module for anywidget (no build
 // step, no dependencies). A row's details are asked for with model.send({type: "detail", row}) and
 // arrive as a custom message.
@@ -44,13 +44,17 @@ function buildDom(host) {
   banner.hidden = true;
   banner.setAttribute("role", "status");
   const legend = el("details", "nbt-legend");
-  root.append(head, stepbar, banner, body, legend);
+  const gradients = el("details", "nbt-gradients"); // gradient norms across layers (gradient_plot.js)
+  gradients.open = true;
+  gradients.hidden = true;
+  root.append(head, stepbar, banner, body, gradients, legend);
   host.replaceChildren(root);
-  return { root, title, chips, input, count, columns, tree, spacer, rowsEl, detail, stepbar, banner, legend };
+  return { root, title, chips, input, count, columns, tree, spacer, rowsEl, detail, stepbar, banner, legend, gradients };
 }
 
 function render({ model, el: host }) {
-  const { root, title, chips, input, count, columns, tree, spacer, rowsEl, detail, stepbar, banner, legend } = buildDom(host);
+  const { root, title, chips, input, count, columns, tree, spacer, rowsEl, detail, stepbar, banner, legend, gradients } =
+    buildDom(host);
   let unmountTheme = () => {};
   // eslint-disable-next-line no-undef -- defined by step_bar.js, shipped in front of this module
   const unmountSteps = typeof mountStepBar === "function" ? mountStepBar(stepbar, model) : () => {};
@@ -325,11 +329,16 @@ function render({ model, el: host }) {
   model.on("change:selected_row", onSelectedTrait);
   model.on("change:visible_rows", onVisibleRows);
   load();
+  // eslint-disable-next-line no-undef -- defined by gradient_plot.js, shipped in front of this module
+  const unmountGradients = typeof mountGradientPlot === "function"
+    ? mountGradientPlot(gradients, model, (row) => { select(row, { center: true }); tree.focus({ preventScroll: true }); })
+    : () => {};
   // The host may not be in the document yet: draw again once it has a size.
   requestAnimationFrame(() => draw());
 
   return () => {
     unmountSteps();
+    unmountGradients();
     unmountTheme();
     clearTimeout(filterTimer);
     clearTimeout(waiting);

@@ -29,6 +29,9 @@ class TraceView(anywidget.AnyWidget):
     of Traces, or a step-by-step comparison) get a step picker: ``view.step`` is the
     forward shown (0: the prefill), and a comparison colours each step by its verdict.
 
+    A trace recorded with ``backward=True`` gets a plot of gradient norms across layers under the tree (and,
+    beside it, the forward's hidden-state RMS): click a point to select its layer. ``view.gradients`` holds it.
+
     ``view.save_html("port.html")`` saves what it shows as one self-contained, interactive HTML file.
     """
 
@@ -45,6 +48,8 @@ class TraceView(anywidget.AnyWidget):
     #: the forward shown, for several forwards (0 otherwise); ``steps`` holds the picker's per-step facts
     step = traitlets.Int(0).tag(sync=True)
     steps = traitlets.Unicode("").tag(sync=True)
+    #: the gradient plot's data (``gradient_plot.py``) as compact JSON, "" for a trace without a backward pass
+    gradients = traitlets.Unicode("").tag(sync=True)
 
     def __init__(
         self, source: Trace | str | os.PathLike | Any, *, expand_depth: int = 2, step: int | None = None, **kwargs: Any
@@ -63,7 +68,7 @@ class TraceView(anywidget.AnyWidget):
         divergence = self._steps.divergence(trace) if self._steps is not None and report is not None else None
         self._shown = Shown(trace, report, comparison, expand_depth=self._expand_depth, divergence=divergence)
         return {"selected_row": self._shown.selected_row, "selected": self._shown.selected,
-                "payload": self._shown.payload_json()}
+                "payload": self._shown.payload_json(), "gradients": self._shown.gradients_json()}
 
     # what is shown, for Python-side inspection
     @property
@@ -122,6 +127,7 @@ class TraceView(anywidget.AnyWidget):
         with self.hold_sync():
             self.selected_row = initial.pop("selected_row")
             self.selected = initial.pop("selected")
+            self.gradients = initial.pop("gradients")
             self.payload = initial.pop("payload")
 
     # -- selection ---------------------------------------------------------------

@@ -1,0 +1,105 @@
+"""Gradient norms across layers (render/gradient_layers.py), the numbers the TraceView's gradient plot draws: read
+from real traces recorded with backward=True (tests/models/backward_models.py), checked against the gradients torch
+itself computes, and the vanishing drop of a ``detach()`` that cuts one layer's residual found at that layer."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from torch import nn
+
+import nbtrace
+from nbtrace.notebook.view import TraceView
+from nbtrace.render.gradient_layers import as_rows, layer_gradients
+from tests.models.backward_models import BUG_LAYER, LAYERS, ROOT, build, train_step
+
+
+def traced(folder, bug=None, seed=0, **kwargs):
+    model = build(seed=seed, bug=bug, **kwargs.pop("switches", {}))
+    with nbtrace.trace(model, folder, backward=True, measure_rounding=False, **kwargs) as rec:
+        train_step(model, seed=seed, bug=bug)
+    return rec.trace
+
+
+def torch_norms(bug=None, seed=0):
+    """‖gradient at each layer's output‖ and ‖at its input‖, from torch itself (tensor hooks, no nbtrace)."""
+    model = build(seed=seed, bug=bug)
+    arrived, sent = {}, {}
+
+    def keep(i):
+        def forward_hook(_module, args, out):
+            args[0].register_hook(lambda g: sent.__setitem__(i, g.norm().item()))
+            out.register_hook(lambda g: arrived.__setitem__(i, g.norm().item()))
+        return forward_hook
+
+    for i, layer in enumerate(model.layers):
+        layer.register_forward_hook(keep(i))
+    train_step(model, seed=seed, bug=bug)
+    return arrived, sent
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_norms_are_torch_s_own(tmp_path, seed):
+    layers = layer_gradients(traced(tmp_path, seed=seed, do_prune_layers=False))
+    arrived, sent = torch_norms(seed=seed)
+    assert [g.layer for g in layers] == list(range(LAYERS))
+    for g in layers:
+        assert g.arrived == pytest.approx(arrived[g.layer], rel=1e-3)
+        # what a layer sends to its input is what the layer below received at its output (the only path between)
+        assert g.sent == pytest.approx(sent[g.layer], rel=1e-3)
+        assert g.parameters is not None and g.parameters > 0 and g.input_rms is not None
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_detached_residual_shows_the_vanishing_drop_at_its_layer(tmp_path, seed):
+    good = {g.layer: g for g in layer_gradients(traced(tmp_path / "good", seed=seed, do_prune_layers=False))}
+    bad = {g.layer: g for g in layer_gradients(traced(tmp_path / "bad", "detach_residual", seed=seed,
+                                                      do_prune_layers=False))}
+    # above the cut the backward is the same, bit for bit of the printed stats
+    for layer in range(BUG_LAYER + 1, LAYERS):
+        assert bad[layer].arrived == good[layer].arrived and bad[layer].sent == good[layer].sent
+    # the gradient reaching the cut layer is the same; what it sends on is a fraction of what it got ...
+    assert bad[BUG_LAYER].arrived == good[BUG_LAYER].arrived
+    gains = {layer: g.gain for layer, g in bad.items()}
+    assert gains[BUG_LAYER] < 0.5 * min(gains[k] for k in gains if k != BUG_LAYER)
+    assert gains[BUG_LAYER] < 0.5 * good[BUG_LAYER].gain
+    # ... and every layer below it gets that much less
+    for layer in range(BUG_LAYER):
+        assert bad[layer].arrived < 0.5 * good[layer].arrived
+
+
+def test_a_pruned_layer_is_a_hole_and_the_view_carries_the_plot(tmp_path):
+    trace = traced(tmp_path)  # the default prunes the middle layer from the files
+    layers = layer_gradients(trace)
+    assert [(g.layer, g.x) for g in layers] == [(0, 0), (LAYERS - 1, LAYERS - 1)]
+    view = TraceView(trace)
+    plot = json.loads(view.gradients)
+    kinds = {(s["panel"], s["kind"]) for s in plot["series"]}
+    assert kinds == {("backward", "arrived"), ("backward", "sent"), ("backward", "parameters"), ("forward", "input_rms")}
+    for s in plot["series"]:
+        for x, y, row, path, tip in s["points"]:
+            assert view.rows["seg"] and view._row_nodes[row].module_path == path and path in {g.node.module_path
+                                                                                              for g in layers}
+            assert y > 0 and math.isfinite(y) and path.split(".", 1)[1] in tip
+    assert as_rows(layers)[0]["path"] == f"{ROOT}.layers.0"
+
+
+def test_a_model_without_layers_plots_its_leaf_calls_with_parameters(tmp_path):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 4))
+    with nbtrace.trace(model, tmp_path, backward=True, measure_rounding=False) as rec:
+        model(torch.randn(3, 8)).square().mean().backward()
+    layers = layer_gradients(rec.trace)
+    assert [(g.node.module_path, g.x, g.layer) for g in layers] == [("Sequential.0", 0, None), ("Sequential.2", 1, None)]
+    assert layers[1].parameters == pytest.approx(math.hypot(model[2].weight.grad.norm().item(),
+                                                            model[2].bias.grad.norm().item()), rel=1e-3)
+
+
+def test_no_backward_no_plot(tmp_path):
+    model = build(seed=0)
+    with nbtrace.trace(model, tmp_path, measure_rounding=False) as rec:
+        model(torch.zeros(1, 4, dtype=torch.long))
+    assert layer_gradients(rec.trace) == [] and TraceView(rec.trace).gradients == ""
