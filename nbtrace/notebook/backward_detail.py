@@ -3,7 +3,10 @@
 Beside a call's inputs and outputs the pane lists, from the latest backward pass (``trace.backward``), the
 gradient that reached each output (``out``, argument ``grad <place>``), what the call sent to each input (``in``,
 ``grad <place>``) and its own parameters' gradients (``grad <name>``), with the same shape, dtype, stats and
-printed values as the forward's tensors; the front end shows them as it shows any tensor.
+printed values as the forward's tensors; the front end shows them as it shows any tensor. Above them,
+``detail["backward"]`` puts the call's forward and backward side by side (each input and output place: the forward
+tensor's RMS, the norm and RMS of its gradient) and lists the gradients of every parameter under the module (its
+submodules' too: a layer block holds none itself), each with its norm (``gradient_plot.js`` draws the table).
 """
 
 from __future__ import annotations
@@ -11,8 +14,25 @@ from __future__ import annotations
 from typing import Any
 
 from ..core.node import Node
+from ..core.gradients import GradPass
+from ..core.tensor import TensorValue
 from ..core.trace import Trace
+from ..render.backward_frame import rms_of
+from ..render.gradient_layers import norm_of
+from ..render.vocabulary import format_number, short_shape
 from .detail import _walk, tensor_detail
+
+#: parameters listed under one module (the rest is counted, and in the total)
+MAX_PARAMETERS = 40
+#: the side-by-side table's words (the front end spells none)
+SIDE_WORDS = {
+    "heading": "forward and backward · backward pass {k} of {n}",
+    "columns": ["", "forward rms", "‖gradient‖", "gradient rms"],
+    "input": "in {place} (gradient sent)",
+    "output": "{place} (gradient reached)",
+    "parameters": "parameter gradients under this module: {count}, ‖all‖ {total}",
+    "more": "… {n} more",
+}
 
 
 def add_gradients(trace: Trace, node: Node, detail: dict[str, Any]) -> None:
@@ -38,3 +58,41 @@ def add_gradients(trace: Trace, node: Node, detail: dict[str, Any]) -> None:
     for tensor in tensors:
         tensor["arg"] = f"grad {tensor['arg']}"
     detail["tensors"] = list(detail.get("tensors", [])) + tensors
+    detail["backward"] = side_by_side(node, grads, backward.last, len(backward))
+
+
+def _number(value: float | None) -> str:
+    return format_number(value, missing="–")
+
+
+def _natural(name: str) -> tuple[tuple[int, int | str], ...]:
+    """A parameter name's sort key among one module's: ``layers.10`` after ``layers.9``."""
+    return tuple((0, int(part)) if part.isdigit() else (1, part) for part in name.split("."))
+
+
+def side_by_side(node: Node, grads: Node, grad_pass: GradPass, passes: int) -> dict[str, Any]:
+    """The call's forward and backward in one table, and its parameters' gradients, in the order their modules were
+    called (see the module docstring)."""
+    forward = {(io, place): t for io, place, t in node.tensors()}
+    backward = {(io, place): t for io, place, t in grads.tensors()}
+    rows = []
+    for io in ("output", "input"):
+        places = [key for key in dict.fromkeys([*forward, *backward]) if key[0] == io]
+        for key in places:
+            seen: TensorValue | None = forward.get(key)
+            grad: TensorValue | None = backward.get(key)
+            rows.append([SIDE_WORDS[io].format(place=key[1]), _number(rms_of(seen) if seen is not None else None),
+                         _number(norm_of(grad)), _number(rms_of(grad) if grad is not None else None)])
+    prefix = node.module_path + "."
+    order: dict[str, int] = {}
+    for k, call in enumerate(node.walk()):
+        order.setdefault(call.module_path, k)
+    under = sorted(((name[len(prefix):], t) for name, t in grad_pass.parameters.items() if name.startswith(prefix)),
+                   key=lambda item: (order.get(f"{prefix}{item[0]}".rpartition(".")[0], len(order)), _natural(item[0])))
+    norms = [norm_of(t) for _, t in under]
+    total = sum(n * n for n in norms if n is not None) ** 0.5 if any(n is not None for n in norms) else None
+    listed = [[name, short_shape(t.shape), _number(n)] for (name, t), n in zip(under[:MAX_PARAMETERS], norms)]
+    words = dict(SIDE_WORDS, heading=SIDE_WORDS["heading"].format(k=grad_pass.index + 1, n=passes),
+                 parameters=SIDE_WORDS["parameters"].format(count=len(under), total=_number(total)),
+                 more=SIDE_WORDS["more"].format(n=len(under) - len(listed)) if len(under) > len(listed) else "")
+    return {"words": words, "rows": rows, "parameters": listed}

@@ -171,6 +171,8 @@ function detailContent(p, d) {
   if (d.error && typeof d.error === "object") {
     out.push(el("div", "nbt-d-error", `${d.error.type}: ${d.error.message}`));
   }
+  // eslint-disable-next-line no-undef -- defined by gradient_plot.js (a trace with a backward pass)
+  if (d.backward && typeof backwardTable === "function") out.push(backwardTable(d.backward));
   for (const x of d.tensors) out.push(tensorBox(p, x, c ? c.tensors[`${x.io} ${x.arg}`] : null));
   if (p.kind === "summary" && d.tensors.length) {
     out.push(el("div", "nbt-hint", "A SUMMARY trace holds no values: open the FULL file (same folder) for the printed values."));

@@ -125,6 +125,53 @@ function panel(plot, name, onPick, onHover) {
   return box;
 }
 
+/** A call's forward and backward side by side in its detail pane, and the gradients of the parameters under it
+ * (nbtrace/notebook/backward_detail.py sends the rows, in words). */
+function backwardTable(b) {
+  const box = document.createElement("div");
+  box.className = "nbt-d-backward";
+  const head = document.createElement("div");
+  head.className = "nbt-d-k";
+  head.textContent = b.words.heading;
+  const table = document.createElement("table");
+  table.className = "nbt-fb-table";
+  const line = (cells, tag, cls) => {
+    const tr = document.createElement("tr");
+    if (cls) tr.className = cls;
+    for (const text of cells) {
+      const cell = document.createElement(tag);
+      cell.textContent = text;
+      tr.append(cell);
+    }
+    table.append(tr);
+  };
+  line(b.words.columns, "th");
+  for (const row of b.rows) line(row, "td", "nbt-fb-row");
+  box.append(head, table);
+  if (b.parameters.length) {
+    const params = document.createElement("details");
+    params.className = "nbt-fb-params";
+    const summary = document.createElement("summary");
+    summary.textContent = b.words.parameters;
+    const list = document.createElement("table");
+    list.className = "nbt-fb-table";
+    for (const [name, shape, norm] of b.parameters) {
+      const tr = document.createElement("tr");
+      tr.className = "nbt-fb-param";
+      for (const text of [name, shape, norm]) {
+        const cell = document.createElement("td");
+        cell.textContent = text;
+        tr.append(cell);
+      }
+      list.append(tr);
+    }
+    params.append(summary, list);
+    if (b.words.more) params.append(Object.assign(document.createElement("div"), { className: "nbt-hint", textContent: b.words.more }));
+    box.append(params);
+  }
+  return box;
+}
+
 /** Mount the plot into `host` (a <details> the view gives it): drawn from the `gradients` trait, hidden without
  * one; `select(row)` is the view's selection. Returns the function that unmounts it. */
 function mountGradientPlot(host, model, select) {

@@ -97,6 +97,14 @@ def test_click_on_a_point_selects_its_layer_in_python(page, detached, artifacts)
     expect(row).to_have_attribute("aria-selected", "true")
     expect(page.locator(".nbt-detail .nbt-d-path")).to_contain_text("layers.1")
     assert view.selected == "TinyTrainLM.layers.1"
+    # its forward and backward side by side, and the gradients of every parameter under it
+    side = page.locator(".nbt-detail .nbt-d-backward")
+    expect(side.locator(".nbt-fb-row").first).to_contain_text("out (gradient reached)")
+    expect(side.locator(".nbt-fb-row").nth(1)).to_contain_text("in args.0 (gradient sent)")
+    expect(side.locator(".nbt-fb-params summary")).to_contain_text("parameter gradients under this module: 9")
+    side.locator(".nbt-fb-params summary").click()
+    expect(side.locator(".nbt-fb-param").first).to_contain_text("input_layernorm.weight")  # in the order called
+    expect(side.locator(".nbt-fb-param").nth(1)).to_contain_text("self_attn.q_proj.weight")
     assert view.selected_node is detached["TinyTrainLM.layers.1"]
     # the vanishing drop is drawn where it is: layer 1's "sent" point lies well below its "arrived" point
     ys = {kind: float(plot.locator(f'.nbt-gp-pt[data-kind="{kind}"][data-path="TinyTrainLM.layers.1"]')
