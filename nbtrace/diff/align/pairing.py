@@ -9,6 +9,7 @@ from typing import Any
 
 from ...core.dtypes import dtype_kind
 from ...core.node import Node
+from ..measure.layouts import same_values
 from ..measure.metrics import TensorDiff, diff_tensors, same_shape
 
 #: measures a pair of full tensors of a's call into a TensorDiff (``full_pairs.FullPairs``)
@@ -36,7 +37,9 @@ def compare_calls(
     is no difference of the port.
     A leaf output with the same name but another number of elements pairs as a shape mismatch; with as many
     elements in another shape it is another layout of values (a convolution's ``[B, C, H, W]`` against a linear
-    patch projection's ``[B, H*W, C]``), which the calls that read it judge, and it is not compared.
+    patch projection's ``[B, H*W, C]``), which the calls that read it judge, and it is not compared; full tensors
+    holding the same axes in another order (``[B, C, H, W]`` against ``[B, H, W, C]``) or other sizes one
+    (``[B, C, 1, 1]`` against ``[B, C]``) are compared in a's layout.
     """
     diffs = []
     full = (lambda d, tx, ty: measure(x, d, tx, ty)) if measure is not None else None
@@ -81,6 +84,7 @@ def _pick(arg, tensor, theirs, used, io) -> int | None:
     kind = dtype_kind(tensor.dtype)
     fallback = None
     by_name = None
+    permuted = None
     for k, (b_arg, other) in enumerate(theirs):
         if k in used or dtype_kind(other.dtype) != kind:
             continue
@@ -91,8 +95,13 @@ def _pick(arg, tensor, theirs, used, io) -> int | None:
                 fallback = k
         elif b_arg == arg and by_name is None and math.prod(other.shape) != math.prod(tensor.shape):
             by_name = k
+        elif (permuted is None or b_arg == arg != theirs[permuted][0]) and tensor.ref is not None \
+                and other.ref is not None and same_values(tensor.shape, other.shape):
+            permuted = k  # full tensors of the same axes in another order: compared in a's layout
     if fallback is not None:
         return fallback
+    if permuted is not None:
+        return permuted
     if io == "output" and by_name is not None:
         return by_name
     return None

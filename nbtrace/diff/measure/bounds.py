@@ -62,7 +62,7 @@ def _functions() -> dict[str, Callable[[torch.Tensor], torch.Tensor]]:
     return {
         "GELU": gelu, "GELU (tanh approximation)": gelu_tanh, "SiLU": lambda x: x * torch.sigmoid(x),
         "quick GELU": lambda x: x * torch.sigmoid(1.702 * x), "ReLU": torch.relu, "tanh": torch.tanh,
-        "sigmoid": torch.sigmoid,
+        "sigmoid": torch.sigmoid, "identity (dropout, drop path at eval)": lambda x: x,
     }
 
 
@@ -164,6 +164,20 @@ def linear(x_a: torch.Tensor, x_b: torch.Tensor, y_a: torch.Tensor, y_b: torch.T
     beta = w_norm * rows(x_b - x_a) + per * (rows(x_a) + rows(x_b))
     return Bound(_norm(y_b - y_a), _norm(beta), f"linear map of inner size {n}",
                  f"‖W‖_F‖Δx‖ + (γ_{n} + 2u_op + 2u)‖W‖_F(‖x_a‖+‖x_b‖)")
+
+
+def convolution(x_a: torch.Tensor, x_b: torch.Tensor, y_a: torch.Tensor, y_b: torch.Tensor, u: float,
+                w_norm: float, n: int, window: int, float32: bool) -> Bound:
+    """A convolution (any stride, padding, dilation, groups) with ``‖W‖_F = w_norm``, ``n = (in/groups)·window``
+    products per output element and ``window`` kernel positions. Each output element is one row of its group's
+    weights against a window of its input, so by Cauchy-Schwarz ``|Σ w·x| ≤ ‖w_j‖·‖x_window‖``; every input element
+    lies in at most ``window`` windows, so summed over outputs ``‖W * x‖ ≤ √window·‖W‖_F·‖x‖`` (padding only leaves
+    terms out). The move is that of ``Δx``; each side's rounding ``linear``'s per element, summed the same way."""
+    scale = math.sqrt(window) * w_norm
+    per = n * U32 + 2 * (TF32 if float32 else u) + 2 * u
+    beta = scale * (_norm(x_b - x_a) + per * (_norm(x_a) + _norm(x_b)))
+    return Bound(_norm(y_b - y_a), beta, f"convolution of {n} products per output",
+                 f"√k·‖W‖_F(‖Δx‖ + (γ_{n} + 2u_op + 2u)(‖x_a‖+‖x_b‖)), k = {window} kernel positions")
 
 
 def lookup(y_a: torch.Tensor, y_b: torch.Tensor) -> Bound:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ...core.dtypes import is_float
+from .layouts import in_a_layout, orders
 from .metrics import TensorDiff, measure_with_torch, relative_to, same_shape
 from .noise import DiffStats, PairStats, unit_roundoff
 
@@ -112,6 +113,12 @@ class FullPairs:
         y = x if same else self.cache_b.float64(b)
         if x is None or y is None or x.size != y.size:
             return None
+        if not same and len(orders(tuple(a.shape), tuple(b.shape))) > 1:  # the same axes, maybe in another order
+            import torch
+
+            moved = in_a_layout(torch.from_numpy(x).reshape(tuple(a.shape)),
+                                torch.from_numpy(y).reshape(tuple(b.shape)))
+            y = moved.reshape(-1).numpy()
         whole = sums(x, None if same else y)
         assert result.rtol is not None and result.atol is not None
         if whole.mismatch:

@@ -33,6 +33,7 @@ from .operation import bound_evidence
 from ..align.flow import Flow, Producer, Slot
 from ..measure.metrics import TensorDiff, same_shape
 from ..measure.noise import DiffStats, PairStats, diff_stats, dtype_name, padding_rows, unit_roundoff
+from ..measure.layouts import in_a_layout, same_values
 from ..measure.measured import accumulated
 from ..measure.rounding import B_CODE, B_INPUTS, B_LEAF, CERTAIN, K_CODE, K_LEAF, accumulation, magnitude, proven
 from .weights import WeightFinding, weight_evidence
@@ -107,10 +108,11 @@ class FileVerdict:
         if key not in self._at:
             result = None
             other = self._b_tensor(place)
-            if other is not None and same_shape(other.shape, place.tensor.shape) and len(other.shape) > 0:
+            if other is not None and len(other.shape) > 0 and (same_shape(other.shape, place.tensor.shape)
+                                                               or same_values(place.tensor.shape, other.shape)):
                 x, y = self.flow_a.cache.load(place.tensor), self.flow_b.cache.load(other)
                 if x is not None and y is not None and x.numel() > 0:
-                    y = y.reshape(x.shape)
+                    y = in_a_layout(x, y)
                     floats = is_float(place.tensor.dtype) and is_float(other.dtype)
                     u = unit_roundoff(place.tensor.dtype, other.dtype) if floats else 0.0
                     result = diff_stats(x, y, self.valid, u)

@@ -14,6 +14,8 @@ folders alone. The operation is read from what the files show, never from a name
   reference's output at the fingerprint's sampled gains is the normalised input times them (eps only shrinks
   each row);
 
+operations along another axis (a channels-first norm, a BatchNorm at eval, a layer scale, a convolution) are
+``operation_axes.py``'s; tensors one side holds in another layout are read in a's (``measure/layouts.py``);
 each only where both sides' tensors of the module are the same bit for bit (the fingerprints' checksums; a weight
 that differs is named by the weights test). The bounds are ``measure/bounds.py``'s.
 """
@@ -26,8 +28,10 @@ from typing import TYPE_CHECKING, Any
 from ...core.dtypes import is_float
 from ...capture.numpy_parameters import sample_positions
 from ..measure import bounds
+from ..measure.layouts import in_a_layout, same_values
 from ..measure.noise import as_matrix, unit_roundoff
 from .evidence import Evidence
+from .operation_axes import along_axis
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -54,7 +58,10 @@ def bound_evidence(judge: FileVerdict, producer: Producer, slot: Slot, what: str
     inputs = [p for p in (_pair(judge, s) for s in judge.flow_a.slots(node, "input")) if p is not None]
     if outputs is None or len(inputs) != 1 or not is_float(slot.tensor.dtype):
         return None
-    (x_a, x_b, x_slot), (y_a, y_b, _) = inputs[0], outputs
+    (x_a, x_b, x_slot, *raw_x), (y_a, y_b, _, *raw_y) = inputs[0], outputs
+    if x_a.shape != y_a.shape and x_a.numel() == y_a.numel() and _long(list(raw_x[0].shape)) == _long(
+            list(raw_y[0].shape)):  # a flatten or a view: the same values in the same flat order
+        x_a, x_b = x_a.reshape(y_a.shape), x_b.reshape(y_a.shape)
     u = unit_roundoff(slot.tensor.dtype)
     mine = _held(judge.flow_a.trace, node.module_path)
     theirs = _held(judge.flow_b.trace, match.b.module_path)
@@ -66,6 +73,9 @@ def bound_evidence(judge: FileVerdict, producer: Producer, slot: Slot, what: str
         found = _elementwise(x_a, x_b, y_a, y_b, u, x_slot)
     else:
         found = _with_weights(mine, x_a, x_b, y_a, y_b, u, x_slot, slot)
+        if found is None and is_float(x_slot.tensor.dtype):
+            found = along_axis(mine, (*raw_x, *raw_y), max(u, unit_roundoff(x_slot.tensor.dtype)),
+                               any("float32" in str(d) for d in (x_slot.tensor.dtype, slot.tensor.dtype)))
     if found is None:
         return None
     sentence = (f"{what} differ by {found.difference:.3g} (2-norm) where any correct {found.what} allows "
@@ -74,14 +84,17 @@ def bound_evidence(judge: FileVerdict, producer: Producer, slot: Slot, what: str
 
 
 def _pair(judge: FileVerdict, slot: Slot) -> tuple[torch.Tensor, torch.Tensor, Slot] | None:
-    """Both sides' values of one tensor of a's call at exactly that place, as float64 rows (padding rows out)."""
+    """Both sides' values of one tensor of a's call at exactly that place, as float64 rows (padding rows out), then
+    the slot, then both sides' whole tensors in a's layout (for operations along another axis than the last)."""
     other = b_values(judge, slot)
-    if other is None or tuple(other.shape) != tuple(slot.tensor.shape) or not slot.tensor.shape:
+    if other is None or not slot.tensor.shape or (tuple(other.shape) != tuple(slot.tensor.shape)
+                                                  and not same_values(slot.tensor.shape, other.shape)):
         return None
     x, y = judge.flow_a.cache.load(slot.source.tensor), judge.flow_b.cache.load(other)
     if x is None or y is None or x.numel() == 0 or x.is_complex() or y.is_complex():
         return None
-    return as_matrix(x, judge.valid), as_matrix(y.reshape(x.shape), judge.valid), slot
+    y = in_a_layout(x, y)
+    return as_matrix(x, judge.valid), as_matrix(y, judge.valid), slot, x, y
 
 
 def b_values(judge: FileVerdict, slot: Slot) -> Any:
@@ -109,8 +122,15 @@ def _same_tensors(mine: dict[str, dict], theirs: dict[str, dict]) -> bool:
     """The same names, shapes and bits (checksums) on both sides."""
     if set(mine) != set(theirs):
         return False
-    keys = ("shape", "dtype", "checksum")
-    return all(all(mine[n].get(k) == theirs[n].get(k) for k in keys) and mine[n].get("checksum") for n in mine)
+    keys = ("dtype", "checksum")
+    return all(all(mine[n].get(k) == theirs[n].get(k) for k in keys) and mine[n].get("checksum")
+               and _long(mine[n].get("shape")) == _long(theirs[n].get("shape")) for n in mine)
+
+
+def _long(shape: Any) -> tuple | None:
+    """A shape without its sizes one: a 1x1 convolution's ``[out, in, 1, 1]`` holds a linear map's ``[out, in]``
+    in the same flat order (the checksums then say the same bits)."""
+    return tuple(n for n in shape if n != 1) if isinstance(shape, list) else None
 
 
 def _elementwise(x_a, x_b, y_a, y_b, u: float, x_slot: Slot) -> bounds.Bound | None:
