@@ -36,6 +36,7 @@ from ..measure.noise import DiffStats, PairStats, diff_stats, dtype_name, paddin
 from ..measure.layouts import in_a_layout, same_values
 from ..measure.measured import accumulated
 from ..measure.rounding import B_CODE, B_INPUTS, B_LEAF, CERTAIN, K_CODE, K_LEAF, accumulation, magnitude, proven
+from .weighted import files_weighted
 from .weights import WeightFinding, weight_evidence
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -334,6 +335,10 @@ class FileVerdict:
     def verdict(self) -> Verdict:
         findings = self.run()
         first = next((f for f in findings if f.flagged), None)
+        weighted = files_weighted(self)  # a changed weight whose module's outputs nothing compared
+        if weighted is not None and weighted.flagged and (first is None or first.producer is None
+                                                          or weighted.producer.event < first.producer.event):
+            first = weighted
         if first is not None:
             return Verdict("files", "diverge", self._pruned_before(first) or first, findings=findings)
         if not findings:

@@ -13,12 +13,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ...core.dtypes import is_float
 from ...core.node import Node
+from ..measure.noise import DiffStats, unit_roundoff
 from .divergence import FirstDivergence
+from .findings import Finding
 from .weights import WeightFinding, weight_evidence
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..comparison import Comparison
+    from .files_verdict import FileVerdict
 
 
 def first_weighted(comparison: Comparison) -> tuple[str, Node | None, list[WeightFinding]] | None:
@@ -91,3 +95,24 @@ def _order(comparison: Comparison, node: Node) -> int:
 
 def _holds(outer: Node, inner: Node) -> bool:
     return any(n is outer for n in inner.ancestors())
+
+
+def files_weighted(judge: FileVerdict) -> Finding | None:
+    """For the verdict from full tensors: the first leaf (in a's call order) whose own weights the fingerprints show
+    changed and whose outputs no comparison judged (a fused ``qkv`` against three projections has no counterpart, its
+    output none), as a finding of the ``weights`` test; None where there is none. A leaf whose outputs were judged
+    carries its weights' evidence in its own finding already."""
+    judged = {id(f.node) for f in judge.findings}
+    for producer in judge.flow_a.producers:
+        node = producer.node
+        if producer.kind != "leaf" or id(node) in judged or not producer.outputs:
+            continue
+        held = judge.weights.get(node.module_path.split(" ", 1)[0], [])
+        if held:
+            slot = producer.outputs[0]
+            u = unit_roundoff(slot.tensor.dtype) if is_float(slot.tensor.dtype) else 0.0
+            finding = Finding(node, judge.stats(slot) or DiffStats(n=0, rel=0.0, u=u), 0.0, producer=producer,
+                              slot=slot)
+            finding.evidence.extend(weight_evidence(w) for w in held)
+            return finding
+    return None
