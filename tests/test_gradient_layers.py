@@ -19,7 +19,8 @@ from tests.models.backward_models import BUG_LAYER, LAYERS, ROOT, build, train_s
 
 def traced(folder, bug=None, seed=0, **kwargs):
     model = build(seed=seed, bug=bug, **kwargs.pop("switches", {}))
-    with nbtrace.trace(model, folder, backward=True, measure_rounding=False, **kwargs) as rec:
+    kwargs.setdefault("measure_rounding", False)
+    with nbtrace.trace(model, folder, backward=True, **kwargs) as rec:
         train_step(model, seed=seed, bug=bug)
     return rec.trace
 
@@ -103,3 +104,18 @@ def test_no_backward_no_plot(tmp_path):
     with nbtrace.trace(model, tmp_path, measure_rounding=False) as rec:
         model(torch.zeros(1, 4, dtype=torch.long))
     assert layer_gradients(rec.trace) == [] and TraceView(rec.trace).gradients == ""
+
+
+def test_a_comparison_s_plot_marks_the_layer_its_backward_verdict_names(tmp_path):
+    """Pruned from the files (the default), the detached layer is still marked where it is: its layer number."""
+    reference = traced(tmp_path / "a", measure_rounding=True)
+    port = traced(tmp_path / "b", "detach_residual", measure_rounding=True)
+    view = TraceView(nbtrace.compare(reference, port))
+    plot = json.loads(view.gradients)
+    verdict = plot["verdict"]
+    assert verdict["state"] == "diverge" and verdict["path"] == f"{ROOT}.layers.{BUG_LAYER}"
+    assert verdict["x"] == BUG_LAYER
+    assert view._row_nodes[verdict["row"]].module_path == ROOT  # its nearest call the tree shows
+    assert {s["side"] for s in plot["series"]} == {"a", "b"}
+    same = TraceView(nbtrace.compare(reference, reference))
+    assert json.loads(same.gradients)["verdict"]["state"] == "agree"

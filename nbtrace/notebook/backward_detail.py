@@ -27,26 +27,36 @@ MAX_PARAMETERS = 40
 #: the side-by-side table's words (the front end spells none)
 SIDE_WORDS = {
     "heading": "forward and backward · backward pass {k} of {n}",
-    "columns": ["", "forward rms", "‖gradient‖", "gradient rms"],
-    "input": "in {place} (gradient sent)",
-    "output": "{place} (gradient reached)",
+    "columns": ["", "forward rms", "‖grad‖", "grad rms"],
+    "input": "in {place}: sent",
+    "output": "{place}: reached",
     "parameters": "parameter gradients under this module: {count}, ‖all‖ {total}",
     "more": "… {n} more",
+    "b_columns": ["", "forward rms", "‖grad‖ a", "‖grad‖ b"],
+    "b_parameter_columns": ["", "", "‖grad‖ a", "‖grad‖ b"],
 }
+
+
+def _gradients_of(trace: Trace, node: Node) -> tuple[Any, Node] | None:
+    """The backward of ``trace`` and ``node``'s gradients in its latest pass, or None."""
+    try:
+        backward = trace.backward
+    except Exception:  # noqa: BLE001 - a broken backward file must not cost the user the forward's view
+        return None
+    if backward is None:
+        return None
+    nodes = backward.trace.nodes()
+    if node.index >= len(nodes) or nodes[node.index].module_path != node.module_path:
+        return None
+    return backward, nodes[node.index]
 
 
 def add_gradients(trace: Trace, node: Node, detail: dict[str, Any]) -> None:
     """Append ``node``'s gradients to its ``detail`` (nothing where the trace has no backward pass)."""
-    try:
-        backward = trace.backward
-    except Exception:  # noqa: BLE001 - a broken backward file must not cost the user the forward's view
+    found = _gradients_of(trace, node)
+    if found is None:
         return
-    if backward is None:
-        return
-    nodes = backward.trace.nodes()
-    if node.index >= len(nodes) or nodes[node.index].module_path != node.module_path:
-        return
-    grads = nodes[node.index]
+    backward, grads = found
     tensors: list[dict[str, Any]] = []
     if grads.outputs is not None:
         _walk(grads.outputs, "out", "output", tensors, [])
@@ -59,6 +69,25 @@ def add_gradients(trace: Trace, node: Node, detail: dict[str, Any]) -> None:
         tensor["arg"] = f"grad {tensor['arg']}"
     detail["tensors"] = list(detail.get("tensors", [])) + tensors
     detail["backward"] = side_by_side(node, grads, backward.last, len(backward))
+
+
+def add_b_gradients(b_trace: Trace, b_node: Node | None, detail: dict[str, Any]) -> None:
+    """In a comparison: b's gradient norms beside a's in ``detail``'s side-by-side table (``b_node``: the call of b
+    paired with the call shown; "–" where b has none)."""
+    table = detail.get("backward")
+    found = _gradients_of(b_trace, b_node) if b_node is not None else None
+    if table is None or found is None:
+        return
+    backward, grads = found
+    assert b_node is not None
+    sent = {SIDE_WORDS[io].format(place=place): norm_of(t) for io, place, t in grads.tensors()}
+    for row in table["rows"]:
+        row[3:] = [_number(sent.get(row[0]))]  # b's norm where a's RMS was: the pane stays narrow
+    prefix = b_node.module_path + "."
+    params = {name[len(prefix):]: norm_of(t) for name, t in backward.last.parameters.items() if name.startswith(prefix)}
+    for row in table["parameters"]:
+        row.append(_number(params.get(row[0])))
+    table["words"].update(columns=SIDE_WORDS["b_columns"], parameter_columns=SIDE_WORDS["b_parameter_columns"])
 
 
 def _number(value: float | None) -> str:

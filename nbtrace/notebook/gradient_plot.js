@@ -92,6 +92,12 @@ function panel(plot, name, onPick, onHover) {
   if (!plot.stacks.length) {
     chart.append(svg("text", { x: GP.left + W / 2, y: GP.top + H + 27, class: "nbt-gp-stack" }, plot.words.x));
   }
+  const v = plot.verdict;
+  if (v && name === "backward" && v.x !== null && v.x !== undefined) { // where a comparison's backward parts ways
+    const mark = svg("line", { x1: X(v.x), x2: X(v.x), y1: GP.top, y2: GP.top + H, class: `nbt-gp-vmark nbt-gp-v-${v.state}` });
+    mark.append(svg("title", {}, v.text));
+    chart.append(mark);
+  }
   for (const s of series) {
     const cls = `nbt-gp-${s.kind} nbt-gp-side-${s.side}`;
     for (const run of segments(s.points)) {
@@ -155,10 +161,15 @@ function backwardTable(b) {
     summary.textContent = b.words.parameters;
     const list = document.createElement("table");
     list.className = "nbt-fb-table";
-    for (const [name, shape, norm] of b.parameters) {
+    if (b.words.parameter_columns) { // a comparison: b's beside a's
+      const tr = document.createElement("tr");
+      for (const text of b.words.parameter_columns) tr.append(Object.assign(document.createElement("th"), { textContent: text }));
+      list.append(tr);
+    }
+    for (const cells of b.parameters) {
       const tr = document.createElement("tr");
       tr.className = "nbt-fb-param";
-      for (const text of [name, shape, norm]) {
+      for (const text of cells) {
         const cell = document.createElement("td");
         cell.textContent = text;
         tr.append(cell);
@@ -170,6 +181,24 @@ function backwardTable(b) {
     box.append(params);
   }
   return box;
+}
+
+/** A comparison's backward verdict over the plot, with a button to the module it names. */
+function verdictLine(v, go, select) {
+  const line = document.createElement("div");
+  line.className = `nbt-gp-verdict nbt-gp-v-${v.state}`;
+  const mark = document.createElement("span");
+  mark.className = "nbt-gp-vword";
+  mark.textContent = v.mark;
+  line.append(mark, document.createTextNode(` ${v.text}`));
+  if (v.row >= 0) {
+    const button = document.createElement("button");
+    button.className = "nbt-chip nbt-gp-go";
+    button.textContent = `${go} ${v.path.split(".").slice(1).join(".") || v.path} ↧`;
+    button.addEventListener("click", () => select(v.row));
+    line.append(" ", button);
+  }
+  return line;
 }
 
 /** Mount the plot into `host` (a <details> the view gives it): drawn from the `gradients` trait, hidden without
@@ -201,7 +230,9 @@ function mountGradientPlot(host, model, select) {
       const made = panel(plot, name, select, hover);
       if (made) panels.append(made);
     }
-    host.replaceChildren(summary, panels);
+    const parts = [summary];
+    if (plot.verdict) parts.push(verdictLine(plot.verdict, plot.words.go, select));
+    host.replaceChildren(...parts, panels);
     mark();
   };
   model.on("change:gradients", draw);

@@ -15,7 +15,7 @@ import math
 from typing import Any
 
 from ..core.node import Node
-from ..core.paths import without_root
+from ..core.paths import layer_number, without_root
 from ..core.trace import Trace
 from ..render.gradient_layers import LayerGradient, layer_gradients
 from ..render.vocabulary import format_number
@@ -34,7 +34,11 @@ GRADIENT_WORDS = {
     "parameters": "its parameters",
     "input_rms": "entering it",
     "no_row": "(no counterpart in a)",
+    "go": "go to",
 }
+#: the backward verdict's mark in a comparison's plot, by its state
+VERDICT_WORDS = {"diverge": "✗ backward diverges", "agree": "✓ backward agrees", "unresolved": "? backward unresolved",
+                 "forward": "backward not judged", "none": "backward not compared"}
 #: the series of each panel: (panel, kind) in drawing order
 SERIES = (("backward", "arrived"), ("backward", "sent"), ("backward", "parameters"), ("forward", "input_rms"))
 
@@ -95,7 +99,40 @@ def gradient_plot(
     layered = any(g.layer is not None for g in layers or b_layers)
     words = dict(GRADIENT_WORDS, x=GRADIENT_WORDS["x_layers" if layered else "x_calls"])
     words["pass"] = GRADIENT_WORDS["pass"].format(k=len(backward), n=len(backward)) if backward is not None else ""
-    return {"words": words, "series": series, "ticks": ticks, "stacks": stacks}
+    plot = {"words": words, "series": series, "ticks": ticks, "stacks": stacks}
+    if comparison is not None and layers and b_layers:
+        plot["verdict"] = _verdict(comparison, trace, row_of_node, layers)
+    return plot
+
+
+def _verdict(comparison: Any, trace: Trace, row_of_node: dict[int, int], layers: list[LayerGradient]) -> dict[str, Any]:
+    """The comparison's backward verdict for the plot: its words, the row to select for the module it names (its
+    nearest call the tree shows: a module pruned from the files is inside a layer that is not) and that layer's x."""
+    try:
+        verdict = comparison.backward
+    except Exception as exc:  # noqa: BLE001 - the plot stays; the verdict says why it is missing
+        return {"state": "none", "mark": VERDICT_WORDS["none"], "text": f"{type(exc).__name__}: {exc}", "row": -1}
+    path = verdict.module_path or (verdict.suspect if verdict.state == "unresolved" else None)
+    row, x = -1, None
+    if path:
+        shown = {node.module_path: row_of_node[id(node)] for node in trace.nodes() if id(node) in row_of_node}
+        probe = path
+        while probe and probe not in shown:
+            probe = probe.rpartition(".")[0]
+        row = shown.get(probe, -1)
+        inside = [g for g in layers if path == g.node.module_path or path.startswith(g.node.module_path + ".")]
+        x = inside[0].x if inside else _hidden_x(path, layers)  # pruned from the files: its layer number says where
+    return {"state": verdict.state, "mark": VERDICT_WORDS.get(verdict.state, verdict.state), "text": str(verdict),
+            "row": row, "x": x, "path": path or ""}
+
+
+def _hidden_x(path: str, layers: list[LayerGradient]) -> float | None:
+    """The x of a layer pruned from the files, from its stack's other layers (x = stack offset + layer number)."""
+    number = layer_number(path)
+    for g in layers:
+        if g.layer is not None and number is not None and path.startswith(g.stack + "."):
+            return g.x - g.layer + number
+    return None
 
 
 def _safe_layers(trace: Trace) -> list[LayerGradient]:

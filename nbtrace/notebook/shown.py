@@ -16,7 +16,7 @@ from ..core.load import load_trace
 from ..core.node import Node
 from ..core.trace import Trace
 from .compare_payload import comparison_detail, comparison_payload
-from .backward_detail import add_gradients
+from .backward_detail import add_b_gradients, add_gradients
 from .detail import node_detail
 from .gradient_plot import gradient_plot_json
 from .payload import tree_payload
@@ -136,4 +136,7 @@ class Shown:
         add_gradients(self.trace, node, detail)  # a trace recorded with backward=True: its gradients too
         if self.report is not None:
             detail["comparison"] = comparison_detail(self.comparison, node, self.report[node.index], self.divergence)
+            b_path = self.report[node.index].get("b_path")
+            b = self.comparison.b
+            add_b_gradients(b, (b.get(b_path, node.call_index) or b.get(b_path)) if b_path else None, detail)
         return detail

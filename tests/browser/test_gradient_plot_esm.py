@@ -59,7 +59,8 @@ def mount(page: Page, view: TraceView) -> None:
 def traced(folder, bug: str | None = None, seed: int = 0, **kwargs):
     torch.manual_seed(seed)
     model = build(seed=seed, bug=bug)
-    with nbtrace.trace(model, folder, backward=True, measure_rounding=False, **kwargs) as rec:
+    kwargs.setdefault("measure_rounding", False)
+    with nbtrace.trace(model, folder, backward=True, **kwargs) as rec:
         train_step(model, seed=seed, bug=bug)
     return rec.trace
 
@@ -99,8 +100,8 @@ def test_click_on_a_point_selects_its_layer_in_python(page, detached, artifacts)
     assert view.selected == "TinyTrainLM.layers.1"
     # its forward and backward side by side, and the gradients of every parameter under it
     side = page.locator(".nbt-detail .nbt-d-backward")
-    expect(side.locator(".nbt-fb-row").first).to_contain_text("out (gradient reached)")
-    expect(side.locator(".nbt-fb-row").nth(1)).to_contain_text("in args.0 (gradient sent)")
+    expect(side.locator(".nbt-fb-row").first).to_contain_text("out: reached")
+    expect(side.locator(".nbt-fb-row").nth(1)).to_contain_text("in args.0: sent")
     expect(side.locator(".nbt-fb-params summary")).to_contain_text("parameter gradients under this module: 9")
     side.locator(".nbt-fb-params summary").click()
     expect(side.locator(".nbt-fb-param").first).to_contain_text("input_layernorm.weight")  # in the order called
@@ -129,9 +130,11 @@ def test_no_plot_without_a_backward(page, tmp_path):
     expect(page.locator(".nbt-gradients")).to_be_hidden()
 
 
-def test_comparison_shows_both_sides(page, detached, tmp_path, artifacts):
-    reference = traced(tmp_path / "a", do_prune_layers=False)
-    view = TraceView(nbtrace.compare(reference, detached))
+def test_comparison_shows_both_sides_and_the_backward_verdict(page, tmp_path, artifacts):
+    # with their float64 twins (the default), which decide where the backward parts ways
+    reference = traced(tmp_path / "a", do_prune_layers=False, measure_rounding=True)
+    port = traced(tmp_path / "b", "detach_residual", do_prune_layers=False, measure_rounding=True)
+    view = TraceView(nbtrace.compare(reference, port))
     mount(page, view)
     plot = page.locator(".nbt-gradients")
     expect(plot.locator('.nbt-gp-pt[data-side="a"][data-kind="sent"]')).to_have_count(3)
@@ -139,6 +142,20 @@ def test_comparison_shows_both_sides(page, detached, tmp_path, artifacts):
     expect(plot.locator(".nbt-gp-legend").first).to_contain_text("b: sent to its input")
     plot.locator('.nbt-gp-pt[data-side="b"][data-kind="parameters"][data-path="TinyTrainLM.layers.0"]').click()
     assert view.selected == "TinyTrainLM.layers.0"  # b's point selects the call of a it was paired with
+    verdict = plot.locator(".nbt-gp-verdict")
+    expect(verdict).to_contain_text("backward diverges")
+    expect(verdict).to_contain_text("the backward differs first at TinyTrainLM.layers.1")
+    expect(plot.locator(".nbt-gp-vmark.nbt-gp-v-diverge")).to_have_count(1)
+    verdict.locator(".nbt-gp-go").click()
+    expect(page.locator('.nbt-row[data-path="TinyTrainLM.layers.1"]')).to_have_attribute("aria-selected", "true")
+    assert view.selected == "TinyTrainLM.layers.1"
+    # the pane puts b's gradient norms beside a's: the cut layer sends on a quarter of what the reference's does
+    side = page.locator(".nbt-detail .nbt-d-backward")
+    expect(side.locator("th").nth(3)).to_have_text("‖grad‖ b")
+    sent = side.locator(".nbt-fb-row").nth(1).locator("td")
+    expect(sent.nth(0)).to_have_text("in args.0: sent")
+    a_sent, b_sent = float(sent.nth(2).inner_text()), float(sent.nth(3).inner_text())
+    assert 0.2 < b_sent / a_sent < 0.35, (a_sent, b_sent)
     page.screenshot(path=str(artifacts / "esm_gradient_plot_compare.png"), full_page=True)
 
 
