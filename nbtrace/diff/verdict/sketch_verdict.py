@@ -15,7 +15,8 @@ out). Between two folders, at a call that both sketched:
   digits; an RMSNorm where the printed output over the printed input is a positive gain per column times a positive
   scale per row (rank one), its gains the sidecar's, and only where its inputs are the same bit for bit (the norm's
   Lipschitz bound needs each row's spread, which a sketch does not hold); each only where both sides hold the same
-  weights bit for bit. Leaves holding a matrix (linear maps) are not sketched: their weights are the fingerprints'.
+  weights bit for bit; a BatchNorm at eval where the printed corners are one line per channel (``sketch_axes.py``).
+  Leaves holding a matrix (linear maps) are not sketched: their weights are the fingerprints'.
 
 A leaf whose output differs by at least more than the most any correct implementation of its operation could make
 from inputs that differ by at most that much (``bounds.py``'s error analysis, on 2-norms by the triangle inequality:
@@ -33,6 +34,7 @@ from ...core.sketch import sketch_of
 from ..measure import bounds
 from ..measure.metrics import printed_arrays
 from ..measure.noise import unit_roundoff
+from . import sketch_axes
 from .divergence import FirstDivergence
 from .evidence import Evidence
 from .operation import _held, _same_tensors
@@ -138,7 +140,11 @@ def _bound(comparison: Comparison, node: Node, other: Node, mine: Twin, theirs: 
     x, y = _Pair(xa, xb), _Pair(ya, yb)
     if not held_a and not held_b:  # no sidecar, or no float tensors held: an elementwise function, if it is one
         return _elementwise(x_value, y_value, x, y, u) if xa.shape == ya.shape else None
-    if held_a is None or held_b is None or not _same_tensors(held_a, held_b) or set(held_a) - {"weight", "bias"}:
+    if held_a is None or held_b is None or not _same_tensors(held_a, held_b):
+        return None
+    if set(held_a) == set(sketch_axes.NAMES):
+        return sketch_axes.batch_norm(held_a, x_value, y_value, x, y, u)
+    if set(held_a) - {"weight", "bias"}:
         return None
     weight = held_a["weight"]
     shape = weight.get("shape")
