@@ -4,10 +4,15 @@ They are not dependencies of nbtrace (``.ci/run`` installs them with ``--no-deps
 so a test that uses one calls ``require_library(name)``: the module, or a skip where it is absent. With
 ``NBTRACE_REQUIRE_LIBRARIES`` set (CI sets it) a missing library fails the test instead, so the suite cannot go
 green by skipping them. Some libraries import a package at import time that nothing of theirs runs when a model
-is built from code: timm imports torchvision (whose PyPI wheels do not load beside the CPU torch), whisper's
+is built from code: timm imports torchvision where it is installed and a stand-in where it is not, whisper's
 transcription imports numba, gemma's modules import kauldron (for its typing annotations and an identity layer),
 litgpt's package imports lightning (its training and checkpoint utilities);
-those get stand-ins for the import only (docs: shared recipe "published libraries"). A name may be a module of a
+those get stand-ins for the import only (docs: shared recipe "published libraries"). torchvision's PyPI wheels hold
+operators (nms, roi_align: detection only) built against the CUDA torch, which do not load beside the CPU torch: it
+is imported without the registration of their fake kernels then, its models all there. Installed into site-packages
+beside the CPU torch it would break transformers (which imports it when it is there), so ``.ci/run`` installs it
+into ``ASIDE`` (``pip install --no-deps --target``), a folder put on the import path only when a test asks for
+torchvision. A name may be a module of a
 library (``gemma.gm.nn._modules``): the stand-ins are its library's.
 """
 
@@ -19,6 +24,7 @@ import importlib.machinery
 import os
 import sys
 import types
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -78,16 +84,37 @@ class _StandInFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return None
 
 
+#: a folder of libraries installed beside the environment, off its import path (``pip install --target``): torchvision,
+#: which transformers would import (and fail on, beside the CPU torch) if it were in site-packages
+ASIDE = Path(os.environ.get("NBTRACE_LIBRARIES_ASIDE", Path(sys.prefix) / "libraries-aside"))
+
+
+def _import(name: str) -> types.ModuleType:
+    """``importlib.import_module(name)``; torchvision from ``ASIDE`` where it is there, without its detection
+    operators where they do not load."""
+    if name.split(".")[0] == "torchvision" and (ASIDE / "torchvision").is_dir() and str(ASIDE) not in sys.path:
+        sys.path.append(str(ASIDE))
+    try:
+        return importlib.import_module(name)
+    except RuntimeError as error:  # "operator torchvision::nms does not exist": its _C built for another torch
+        if name.split(".")[0] != "torchvision" or "torchvision::" not in str(error):
+            raise
+    for key in [key for key in sys.modules if key.split(".")[0] == "torchvision"]:
+        del sys.modules[key]
+    sys.modules["torchvision._meta_registrations"] = types.ModuleType("torchvision._meta_registrations")
+    return importlib.import_module(name)
+
+
 def _import_with_stand_ins(name: str) -> types.ModuleType:
     """Import ``name`` with stand-ins for the packages it imports but never runs here, then take them away again
     (so transformers' availability checks never see them)."""
     roots = tuple(root for root in _STAND_INS.get(name.split(".")[0], ()) if _missing(root))
     if not roots:
-        return importlib.import_module(name)
+        return _import(name)
     finder = _StandInFinder(roots)
     sys.meta_path.insert(0, finder)
     try:
-        return importlib.import_module(name)
+        return _import(name)
     finally:
         sys.meta_path.remove(finder)
         for key in [key for key, module in sys.modules.items() if isinstance(module, _StandIn)]:
@@ -96,15 +123,15 @@ def _import_with_stand_ins(name: str) -> types.ModuleType:
 
 def _missing(package: str) -> bool:
     try:
-        importlib.import_module(package)
-    except Exception:  # noqa: BLE001 - absent, or present but unable to load (torchvision beside the CPU torch)
+        _import(package)
+    except Exception:  # noqa: BLE001 - absent, or present but unable to load
         sys.modules.pop(package, None)
         return True
     return False
 
 
 def require_library(name: str) -> types.ModuleType:
-    """The published library ``name`` (``timm``, ``whisper``, ``litgpt``, ...; or a module of one,
+    """The published library ``name`` (``timm``, ``torchvision``, ``whisper``, ``litgpt``, ...; or a module of one,
     ``gemma.gm.nn._modules``), or a skip where it is not installed (a failure when ``NBTRACE_REQUIRE_LIBRARIES`` is
     set)."""
     if name in sys.modules:

@@ -25,7 +25,8 @@ Two ways:
 
 Layer pruning: when one trace had its intermediate layer blocks pruned and the
 other did not, the blocks the pruned side lacks are set aside on the other side
-(``pruned_a`` / ``pruned_b``) before aligning.
+(``pruned_a`` / ``pruned_b``) before aligning; where both were pruned, what each side's files hold that the
+other's lack is found from the two float64 twins (``twin_leaves.py``).
 """
 
 from __future__ import annotations
@@ -41,10 +42,13 @@ from ...core.trace import Trace
 from .anchors import lcs_anchors, unique_anchors
 from .call_features import CallFeatures, features, pair_score
 from .flow import Flow, TensorCache
+from .fused_calls import fused_pairs
 from .idle import computes_nothing
 from .leaves import leaf_pairs
 from .sequence import align_run
 from .siblings import repair_siblings
+from .twin_leaves import set_aside_by_twins
+from .unnumbered import unnumbered_pruned
 from .wrappers import innermost_pairs
 
 _REORDERED = 0.5  # below this share of a's calls paired in order, the root's parts are aligned in any order too
@@ -144,11 +148,13 @@ def align(a: Trace, b: Trace, rename: Mapping[str, str] | None = None,
 def _equalize_pruning(a: Trace, b: Trace) -> tuple[list[Node], list[Node]]:
     """Calls of each side inside layer blocks that the other side's pruning removed."""
     gaps_a, gaps_b = has_pruning_gaps(a), has_pruning_gaps(b)
+    if gaps_a and gaps_b:  # both pruned, perhaps by other numbers: what each lacks, from the twins
+        return set_aside_by_twins(a, b)
     if gaps_a == gaps_b:
         return [], []
-    if gaps_a:  # a was pruned, b was not: set aside b's intermediate blocks
-        return [], [n for block in would_be_pruned(b) for n in block.walk()]
-    return [n for block in would_be_pruned(a) for n in block.walk()], []
+    if gaps_a:  # a was pruned, b was not: set aside b's intermediate blocks (numbered, or named: unnumbered.py)
+        return [], [n for block in would_be_pruned(b) for n in block.walk()] or unnumbered_pruned(a, b)
+    return [n for block in would_be_pruned(a) for n in block.walk()] or unnumbered_pruned(b, a), []
 
 
 def _in_gaps(pairs: list[tuple[Node, Node]], nodes_a: list[Node], b: Trace) -> list[Node]:
@@ -223,6 +229,7 @@ def _by_sequence(nodes_a: list[Node], nodes_b: list[Node], flows: tuple[Flow, Fl
     pairs, ambiguous = settle_ambiguous(pairs, fa, fb, flows)
     pairs = [pairs[0], *innermost_pairs(pairs[1:], (flows[0].cache.fingerprint, flows[1].cache.fingerprint),
                                         (flows[0].trace.twin, flows[1].trace.twin))]
+    pairs += fused_pairs(pairs, idle)  # a leaf that computes in one call what a container computes in parts
     order = {id(n): i for i, n in enumerate(nodes_a)}
     pairs.sort(key=lambda pair: order[id(pair[0])])
     return pairs, ambiguous

@@ -5,7 +5,8 @@ the bug it is meant to find (two same-shape projections, q_proj and o_proj, trad
 as soon as o_proj's values are off). A call is described by what it *is* and how it is
 *wired*, each read from its own trace alone (``flow.py``):
 
-- leaf or not, its number of children (those that compute something: a call that hands its input back
+- leaf or not, whether a leaf holds weights of its own (a norm is not the activation after it); its number of
+  children (those that compute something: a call that hands its input back
   unchanged, an identity or a dropout in eval, never stands for a computation and is left out of the
   sequences before aligning, ``idle.py``); the shapes and dtype kinds of its inputs and outputs;
 - its ``.N`` layer numbers and its name (a hint);
@@ -139,6 +140,8 @@ def pair_score(x: CallFeatures, y: CallFeatures) -> float | None:
         return None
     score = 0.0
     if x.leaf:
+        if x.weights is not None and y.weights is not None and bool(x.weights) != bool(y.weights):
+            score -= 2.0  # a call with weights of its own (a norm) against one without (its activation)
         if x.out_shapes != y.out_shapes:
             if not x.out_shapes or not same_views(x.out_shapes, y.out_shapes):
                 return None

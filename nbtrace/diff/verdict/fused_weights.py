@@ -8,11 +8,12 @@ columns, every row of each block (a bias: its squared norm). The fused weight's 
 whatever order the parts are stacked in, and a part converted wrongly (a value projection scaled by 1.05) shows in
 every column block.
 
-A group is a's call with no counterpart and b's calls with no counterpart inside the counterpart of its nearest
-paired ancestor, whose weights have a's number of columns and whose rows add up to a's (and the other way round,
-where a splits what b fuses). "More than rounding" is derived, never tuned: a block norm the files hold is a float32
-sum of its squares (at most ``n·u`` relative for ``n`` terms, ``u = 2⁻²⁴``) written to 7 significant digits; one side
-stored in a narrower dtype moves each squared value by up to twice that dtype's unit roundoff.
+A group is a's call with no counterpart and b's calls with no counterpart whose nearest paired ancestor is the
+counterpart of a's call's nearest paired ancestor, whose weights have a's number of columns and whose rows add up to
+a's (and the other way round, where a splits what b fuses). "More than rounding" is derived, never tuned: a block
+norm the files hold is a float32 sum of its squares (at most ``n·u`` relative for ``n`` terms, ``u = 2⁻²⁴``) written
+to 7 significant digits; one side stored in a narrower dtype moves each squared value by up to twice that dtype's
+unit roundoff.
 """
 
 from __future__ import annotations
@@ -63,13 +64,18 @@ def _groups(pairs: list[tuple[Node, Node]], only_a: list[Node], only_b: list[Nod
             holder = next((other_of[side][id(up)] for up in fused.ancestors() if id(up) in other_of[side]), None)
             if holder is None:
                 continue
-            inside = {id(n) for n in holder.walk()}
-            candidates = [n for n in theirs if id(n) in inside and not n.children
+            candidates = [n for n in theirs if _nearest_paired(n, other_of[1 - side]) is holder and not n.children
                           and (s := _shape(other.get(n.module_path))) is not None and s[1:] == shape[1:]
                           and s[0] < shape[0]]
             parts = _summing(candidates, other, shape[0])
             if parts:
                 yield fused, parts, side == 0
+
+
+def _nearest_paired(node: Node, paired: dict[int, Node]) -> Node | None:
+    """The innermost call holding ``node`` that the alignment paired: a part lies where the fused call does, never
+    inside another pair's calls (a pruned block's ``mlp.0`` is not the fused form of another block's projections)."""
+    return next((up for up in node.ancestors() if id(up) in paired), None)
 
 
 def _shape(module: Any) -> list[int] | None:

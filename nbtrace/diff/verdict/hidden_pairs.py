@@ -8,7 +8,9 @@ ran in. Between two consecutive leaves the files do pair, a's leaves the files d
 from a's own files) pair with b's: in order, on what they are (the shapes of their float inputs and of what they
 hand on, the sizes of their own weights), never on values; a leaf left over then pairs with the one leftover of
 b of exactly its kind, where it is the only one (a shortcut run before the main branch on one side, after it on
-the other). Calls that hand on an input unchanged (an Identity) are left out on both sides.
+the other); one side's last leaf left pairs with the call that holds all the other side's leaves left there, where
+they start and end alike (``nn.MultiheadAttention``, a leaf, against a port's attention and its projections).
+Calls that hand on an input unchanged (an Identity) are left out on both sides.
 """
 
 from __future__ import annotations
@@ -18,13 +20,10 @@ from typing import TYPE_CHECKING, Any
 from ...core.node import Node
 from ...core.ranks import call_key
 from ...core.twin import Twin
-from ..align.call_features import own_weights
+from ..align.twin_leaves import Kind, in_order as _in_order, twin_leaves as _leaves
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..comparison import Comparison
-
-Kind = tuple[Any, ...]
-
 
 def hidden_counterparts(comparison: Comparison, twin_b: Twin) -> dict[str, str]:
     """a's twin call name -> b's, for a's leaves the alignment left without a counterpart where either side's files
@@ -66,6 +65,7 @@ def _counterparts(comparison: Comparison, twin_b: Twin) -> dict[str, str]:
         if run and j > last_j:
             theirs = [leaves_b[k] for k in range(last_j + 1, j) if k not in paired_b]
             found.update(_segment(run, theirs))
+            found.update(_fused(run, theirs, found, (twin_a, twin_b)))
         run, last_j = [], max(last_j, j)
     return found
 
@@ -84,53 +84,42 @@ def _segment(mine: list[tuple[str, Kind]], theirs: list[tuple[str, Kind]]) -> di
     return {mine[i][0]: theirs[j][0] for i, j in found.items()}
 
 
-def _leaves(trace: Any, twin: Twin, params: Any) -> list[tuple[str, Kind]]:
-    """The trace's leaf calls as its twin ran them (those pruning left out of the files among them), in order, with
-    their kind; those whose output is one of their inputs unchanged (an Identity) left out."""
-    if twin.events:
-        keys: list[str] = []
-        opened: list[list[Any]] = []
-        for event in twin.events:
-            if event[0] == "(":
-                if opened:
-                    opened[-1][1] = True  # its parent holds a call
-                opened.append([event[1:], False])
-            elif opened:
-                key, has_children = opened.pop()
-                if not has_children:
-                    keys.append(key)
-    else:
-        keys = [call_key(n.module_path, n.call_index) for n in trace.nodes() if not n.children]
-    found = []
-    for key in keys:
-        prints = twin.calls.get(key, {})
-        ins = [p for place, p in prints.items() if not place.startswith("out")]
-        outs = [p for place, p in prints.items() if place.startswith("out")]
-        if not outs or any(p.sums == outs[0].sums for p in ins):
-            continue  # nothing handed on, or an input handed on unchanged
-        weights = own_weights(Node(key.split("@", 1)[0]), params)
-        found.append((key, (tuple(sorted(tuple(p.shape) for p in ins)), tuple(outs[0].shape), weights)))
+def _fused(mine: list[tuple[str, Kind]], theirs: list[tuple[str, Kind]], found: dict[str, str],
+           twins: tuple[Twin, Twin]) -> dict[str, str]:
+    """One stretch's last leftovers: one side's only leaf left, the other side's leaves left all the leaves of one
+    call (``nn.MultiheadAttention``, one call, against a port's attention calling its four projections): that call
+    and the leaf, where they start from and hand on tensors of the same shapes."""
+    left = ([key for key, _ in mine if key not in found], [key for key, _ in theirs if key not in found.values()])
+    for side in (0, 1):
+        if len(left[side]) != 1 or not left[1 - side]:
+            continue
+        parents = _parents(twins[1 - side])
+        holder = {parents.get(key) for key in left[1 - side]}
+        taken = set(found) if side == 1 else set(found.values())
+        if len(holder) != 1 or None in holder or any(parents.get(key) in holder for key in taken):
+            continue
+        whole = holder.pop()
+        if _ends(twins[side].calls.get(left[side][0], {})) == _ends(twins[1 - side].calls.get(whole, {})) != (None,):
+            return {left[0][0]: whole} if side == 0 else {whole: left[1][0]}
+    return {}
+
+
+def _parents(twin: Twin) -> dict[str, str]:
+    """Each call's parent, by the order the twin saw calls start and end."""
+    found: dict[str, str] = {}
+    stack: list[str] = []
+    for event in twin.events:
+        if event[0] == "(":
+            if stack:
+                found[event[1:]] = stack[-1]
+            stack.append(event[1:])
+        elif stack:
+            stack.pop()
     return found
 
 
-def _in_order(mine: list[Kind], theirs: list[Kind]) -> dict[int, int]:
-    """The longest run of equal kinds in order on both sides (a longest common subsequence): i -> j."""
-    n, m = len(mine), len(theirs)
-    if n * m > 4_000_000:
-        return {}
-    table = [[0] * (m + 1) for _ in range(n + 1)]
-    for i in range(n - 1, -1, -1):
-        row, below = table[i], table[i + 1]
-        for j in range(m - 1, -1, -1):
-            row[j] = below[j + 1] + 1 if mine[i] == theirs[j] else max(below[j], row[j + 1])
-    found: dict[int, int] = {}
-    i = j = 0
-    while i < n and j < m:
-        if mine[i] == theirs[j] and table[i][j] == table[i + 1][j + 1] + 1:
-            found[i] = j
-            i, j = i + 1, j + 1
-        elif table[i + 1][j] >= table[i][j + 1]:
-            i += 1
-        else:
-            j += 1
-    return found
+def _ends(prints: dict[str, Any]) -> tuple[Any, ...]:
+    """The shape of a call's first input and of its first output (None where its twin kept none)."""
+    ins = [tuple(p.shape) for place, p in prints.items() if not place.startswith("out")]
+    outs = [tuple(p.shape) for place, p in prints.items() if place.startswith("out")]
+    return (ins[0], outs[0]) if ins and outs else (None,)

@@ -182,6 +182,11 @@ def _reason(verdict: TwinVerdict, culprit: Node, seen: Node, arg: str, unobserve
         else:
             text = (f"run in float64 from the same inputs, every call inside it agrees and its output ({arg}) "
                     "differs: its own code after them")
+    elif verdict.handed:  # followed back through a's own twin (``twin_chain.py``)
+        names = ", ".join(call.module_path for call in verdict.handed)
+        return (f"run in float64 from the same inputs, everything before agrees and the input {arg} of "
+                f"{seen.module_path} differs: it is, unchanged, what {names} made from tensors that agree, with "
+                "nothing compared in between (the other side does that work inside another call)")
     elif not culprit.children and culprit is not seen:  # moved to a fused call (``twin_verdict._fused_inside``)
         where = "output" if event.io == "output" else "input"
         return (f"run in float64 from the same inputs, everything before agrees and the {where} {arg} of "

@@ -10,8 +10,9 @@ nothing) it walks the tree.
 ``Counterparts`` finds b's fingerprints of a call: the aligned call's where the alignment paired it, else the call
 of b at the same place by role: the alignment's pairs in the blocks both traces kept give each of a's paths with
 its layer numbers masked (``model.layers.#.mlp.act_fn``) the masked path of b (``blocks.#.ffn.act``), and a's
-numbers fill it in (``blocks.1.ffn.act``); a's leaves set aside where b's files were pruned, which hold no numbers
-alike, pair with the calls b's twin kept there by their kind and order (``hidden_pairs.py``).
+numbers fill it in (``blocks.1.ffn.act``), where every pair of those paths holds the same numbers on both sides;
+a's leaves set aside where b's files were pruned, which hold no numbers alike, pair with the calls b's twin kept
+there by their kind and order (``hidden_pairs.py``).
 """
 
 from __future__ import annotations
@@ -111,12 +112,18 @@ class Counterparts:
         self.hidden = hidden_counterparts(comparison, twin_b)
         #: (a's masked path, call index) -> (b's masked path, call index): one module called twice on one side can
         #: stand for two modules on the other (a rename with ``#k``)
-        self.roles: dict[tuple[str, int], tuple[str, int]] = {}
+        #: numbers, taken as the same numbers: a role is kept where every pair of its paths bears it out (a's
+        #: ``mlp.0``…``mlp.3``, the parts of one block's MLP, against b's ``layers.0.mlp.fc1``, ``.act``, ``.fc2`` are
+        #: no role: a's numbers there are not b's)
+        roles: dict[tuple[str, int], set[tuple[str, int] | None]] = {}
         for match in comparison.matches:
             a, b = match.a.module_path, match.b.module_path
-            if _NUMBER.search(a) and len(_NUMBER.findall(a)) == len(_NUMBER.findall(b)):
-                self.roles.setdefault((_NUMBER.sub("#", a), match.a.call_index),
-                                      (_NUMBER.sub("#", b), match.b.call_index))
+            if _NUMBER.search(a):
+                same = _NUMBER.findall(a) == _NUMBER.findall(b)
+                roles.setdefault((_NUMBER.sub("#", a), match.a.call_index), set()).add(
+                    (_NUMBER.sub("#", b), match.b.call_index) if same else None)
+        self.roles: dict[tuple[str, int], tuple[str, int]] = {
+            key: next(iter(found)) for key, found in roles.items() if len(found) == 1 and None not in found}
 
     def of(self, call: Any) -> tuple[str | None, dict[str, TwinPrint]]:
         """``(b's call name, its fingerprints)``; ``(None, {})`` where b has no counterpart."""

@@ -16,9 +16,11 @@ ends (outputs of calls with children included: the twin keeps them). The differe
 between the last event whose compared tensors agreed and the first that differs: a call whose outputs differ
 after its inputs (or its last child's outputs) agreed; the innermost call holding both events otherwise (a
 parent's own code between two children: a residual add, rotary and softmax inside an attention whose
-projections are modules). Integer and bool tensors (token ids, positions) are compared exactly as recorded at the
-same events, and so is the shape of the tensor a leaf hands on, after its inputs agreed: no rounding makes another
-shape (a pooling with another padding). The top-level inputs differing is a verdict of its own ("inputs").
+projections are modules), unless the reference's own twin shows the tensor handed on unchanged through calls with
+nothing compared (``twin_chain.py``: the innermost call holding those). Integer and bool tensors (token ids,
+positions) are compared exactly as recorded at the same events, and so is the shape of the tensor a leaf hands on,
+after its inputs agreed: no rounding makes another shape (a pooling with another padding). The top-level inputs
+differing is a verdict of its own ("inputs").
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from ..ranks.twin_shards import local_pieces, resolve
 from .evidence import Evidence
 from .twin_pairs import Allowance, TwinPair, pairs
 from .twin_calls import Counterparts, call_events
+from .twin_chain import handed_chain
 from .stored_dtypes import rounded_side, stored_rounding
 from .weights import same_product, weight_evidence
 
@@ -99,6 +102,8 @@ class TwinVerdict:
     #: "a" or "b": the wider side whose twin, run rounded to bfloat16, was compared (``stored_dtypes.rounded_side``)
     rounded: str | None = None
     compared: int = 0
+    #: the calls with nothing compared that handed the flagged input on from what agreed (``twin_chain.py``)
+    handed: list = field(default_factory=list)
 
     @property
     def outputs_agree(self) -> bool:
@@ -169,7 +174,9 @@ def twin_verdict(comparison: Comparison) -> TwinVerdict | None:
     ignore = re.compile(comparison.ignore) if comparison.ignore else None
     stored = stored_rounding(comparison)
     rounded = rounded_side(comparison) if stored else None
-    events = _events(comparison, twin_a, twin_b, Allowance(differ, 0.0 if rounded else stored, rounded), ignore)
+    walk = call_events(comparison, twin_a)
+    events = _events(comparison, walk, twin_a, twin_b, Allowance(differ, 0.0 if rounded else stored, rounded),
+                     ignore)
     verdict = TwinVerdict("nothing", events=events, constants_differ=differ, stored=0.0 if rounded else stored,
                           rounded=rounded)
     verdict.compared = sum(len(e.decided) for e in events)
@@ -183,7 +190,11 @@ def twin_verdict(comparison: Comparison) -> TwinVerdict | None:
                 verdict.state, verdict.event, verdict.culprit = "inputs", event, event.node
                 return verdict
             verdict.state, verdict.event, verdict.good = "diverge", event, good
-            verdict.culprit = _fused_inside(_culprit(event, good, comparison.a.root), comparison)
+            culprit = _culprit(event, good, comparison.a.root)
+            handed = handed_chain(walk, event, good, twin_a) if good else None
+            if handed is not None and culprit in handed[0].ancestors():  # narrower: only the calls it passed
+                culprit, verdict.handed = handed  # through
+            verdict.culprit = _fused_inside(culprit, comparison)
             return verdict
         if event.compared:
             good = event
@@ -225,10 +236,10 @@ def innermost(x: Node, y: Node) -> Node:
     return next(n for n in (y, *y.ancestors()) if id(n) in held)
 
 
-def _events(comparison: Comparison, twin_a: Twin, twin_b: Twin, allowance: Allowance,
+def _events(comparison: Comparison, walk: list, twin_a: Twin, twin_b: Twin, allowance: Allowance,
             ignore: re.Pattern[str] | None) -> list[TwinEvent]:
-    """Every compared event of a's calls, in the order the twin made them (calls pruning left out of the files
-    included: ``twin_calls.py``)."""
+    """Every compared event of a's calls, in the order the twin made them (``walk``: calls pruning left out of the
+    files included, ``twin_calls.py``)."""
     events: list[TwinEvent] = []
     weights: dict[str, list] = {}
     for finding in comparison.weights:  # weights the fingerprints show converted wrongly: no kernel does that
@@ -238,7 +249,7 @@ def _events(comparison: Comparison, twin_a: Twin, twin_b: Twin, allowance: Allow
     root_a, root_b = comparison.a.root, comparison.b.root
     given = ({p.sums for p in twin_a.of(root_a).values()}, {p.sums for p in twin_b.of(root_b).values()}) \
         if allowance.stored else None  # the model's own inputs, wherever they are handed on unchanged
-    for call, io in call_events(comparison, twin_a):
+    for call, io in walk:
         b_key, theirs = counterparts.of(call)
         if b_key is None:
             continue
