@@ -31,3 +31,22 @@ def test_a_fused_projection_converted_wrongly_is_named_at_it(tmp_path, library, 
     c = nbtrace.compare(reference, traced(pair.port(original, bug), (x,), tmp_path / bug, **FULL))
     assert c.verdict == "diverge" and c.first_divergence.module_path == pair.BUGS[bug], c.summary()
     assert c.first_divergence.evidence[0].test == "weights"
+
+
+@pytest.mark.parametrize("seed,dtype", [(4, "float32"), (6, "bfloat16")])
+def test_an_activation_in_a_gated_mlps_own_code_is_named_at_the_mlp(tmp_path, seed, dtype):
+    """litgpt's ``LLaMAMLP`` computes ``silu(fc_1(x)) * fc_2(x)`` in its own code (transformers' port: an ``act_fn``
+    leaf and a plain product): the port with GELU for SiLU is named at the MLP from full-tensor folders without a
+    twin, the product read by what the reference computed; the correct port agrees."""
+    import torch
+
+    from tests.models import litgpt_llama as pair
+
+    original = pair.original(seed, getattr(torch, dtype))
+    x = pair.inputs(seed)
+    reference = traced(original, (x,), tmp_path / "reference", **FULL)
+    clean = nbtrace.compare(reference, traced(pair.port(original), (x,), tmp_path / "port", **FULL))
+    assert clean.first_divergence is None, clean.summary()
+    c = nbtrace.compare(reference, traced(pair.port(original, "act_gelu"), (x,), tmp_path / "gelu", **FULL))
+    assert c.verdict == "diverge" and c.first_divergence.module_path == pair.BUGS["act_gelu"], c.summary()
+    assert "gated product (SiLU(a)·b" in c.first_divergence.evidence[0].sentence

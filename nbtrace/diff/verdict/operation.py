@@ -14,6 +14,7 @@ folders alone. The operation is read from what the files show, never from a name
   reference's output at the fingerprint's sampled gains is the normalised input times them (eps only shrinks
   each row);
 
+a call's own code where it is an attention's core (``attention_call.py``) or a gated product (``gated_call.py``);
 operations along another axis (a channels-first norm, a BatchNorm at eval, a layer scale, a convolution) are
 ``operation_axes.py``'s; tensors one side holds in another layout are read in a's (``measure/layouts.py``);
 each only where both sides' tensors of the module are the same bit for bit (the fingerprints' checksums; a weight
@@ -47,8 +48,9 @@ def bound_evidence(judge: FileVerdict, producer: Producer, slot: Slot, what: str
     node = producer.node
     if producer.kind == "glue":
         from .attention_call import attention_evidence
+        from .gated_call import gated_evidence
 
-        return attention_evidence(judge, producer, slot, what)
+        return attention_evidence(judge, producer, slot, what) or gated_evidence(judge, producer, slot, what)
     if producer.kind != "leaf" or slot.node is not node or slot.io != "output":
         return None
     match = judge.matches.get(id(node))
