@@ -5,8 +5,8 @@ Every submodule's ``forward`` is wrapped (as transformers does, so direct
 restored afterwards, whatever happens: ``forward`` goes back into a module's
 ``__dict__`` only if it was there before. Under ``torch.distributed`` only rank 0
 records (``ranks=`` chooses others, see ``ranks.py``); other ranks only get the top-level
-forward run under ``no_grad``, followed by their part of the float64 twin, which the ranks
-run together (``twin/ranks.py``).
+forward run under ``no_grad`` (with ``backward=True`` as it is, building its graph), followed by their part of
+the float64 twin, which the ranks run together (``twin/ranks.py``).
 """
 
 from __future__ import annotations
@@ -130,17 +130,20 @@ def _unfit(model: nn.Module) -> str | None:
         return f"what its float64 twin would take could not be told ({type(exc).__name__}: {exc})"
 
 
-def _wrap_top_twin(twin: TwinRecorder) -> Callable[[Callable], Callable]:
-    """A rank that does not record, where the ranks run their twins together: its forward, then its twin."""
+def _wrap_top_twin(twin: TwinRecorder, backward: bool = False) -> Callable[[Callable], Callable]:
+    """A rank that does not record, where the ranks run their twins together: its forward, then its twin. With
+    ``backward`` its forward builds its graph, as the recording ranks' does (their backward's collectives need it)."""
     def make(forward: Callable) -> Callable:
         @functools.wraps(forward)
         def untraced_top_forward(*args: Any, **kwargs: Any) -> Any:
             __tracebackhide__ = True
             with torch.no_grad():
                 start = twin.start(args, kwargs)
+            with torch.set_grad_enabled(backward and torch.is_grad_enabled()):
                 out = forward(*args, **kwargs)
+            with torch.no_grad():
                 twin.done(start, out, HostBatch())  # its numbers are the recording ranks' to keep
-                return out
+            return out
 
         return untraced_top_forward
 
@@ -229,8 +232,8 @@ def trace(
         elif together:
             follower = TwinRecorder(model, recorder.class_name, keep_inputs=False, padding_mask=padding_mask)
             follower.skipped, follower.ranks = skipped, RankTwin()
-            patch.wrap(model, _wrap_top_twin(follower))
-        else:
+            patch.wrap(model, _wrap_top_twin(follower, backward))
+        elif not backward:  # with it, the forward builds its graph here too: the ranks' backward runs together
             patch.wrap(model, _wrap_top_no_grad)
         yield recorder
     finally:

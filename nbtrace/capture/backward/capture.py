@@ -24,6 +24,7 @@ from torch import nn
 from ..call_facts import any_autocast, autocast_state
 from .calls import CallGrads, alias_inputs, detached, hook_all, output_slots
 from .files import PassWriter, move_backward_files
+from ..twin.ranks import several_ranks
 from .twin import random_state, twin_backward
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -34,6 +35,10 @@ if TYPE_CHECKING:  # pragma: no cover
 def in_backward() -> bool:
     """True while autograd's engine runs a backward pass on this thread."""
     return torch._C._current_graph_task_id() != -1
+
+
+SEVERAL_RANKS = ("under several ranks the float64 twin does not run the backward: the model's collectives would run "
+                 "on the recording ranks alone (the forward's twin runs, with every rank)")
 
 
 class BackwardCapture:
@@ -53,6 +58,11 @@ class BackwardCapture:
         meter = recorder.rounding
         #: whether each forward's float64 twin runs its backward too (where the forward's twin runs: ``twin.py``)
         self.twin = meter is not None and getattr(getattr(meter, "twin", None), "skipped", None) is None
+        #: why it does not, where it would: under several ranks the twin's backward would run the model's collectives
+        #: on the recording ranks alone, where the others never join them
+        self.twin_apart = SEVERAL_RANKS if self.twin and several_ranks() else None
+        if self.twin_apart is not None:
+            self.twin = False
         self._twins: dict[int, dict[str, Any]] = {}  # forward index -> the twin's backward section
         #: module path -> calls of the last forward that ran under ``no_grad``, waiting for their recomputation
         self._waiting: dict[str, list[CallGrads]] = {}
@@ -110,6 +120,8 @@ class BackwardCapture:
                 self.watch(run.frames[0].node, root, views, template, out)  # the top-level call, open
             if state is not None:
                 self._run_twin(args, kwargs, state)
+            elif self.twin_apart is not None and root == self.recorder.class_name:
+                self._twins[len(self.recorder)] = {"skipped": self.twin_apart}
             return out
 
         return watched, self.recordable, self.recordable({"args": args, "kwargs": kwargs})
