@@ -12,6 +12,7 @@ the float64 twin, which the ranks run together (``twin/ranks.py``).
 from __future__ import annotations
 
 import functools
+import sys
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -239,7 +240,7 @@ def trace(
     finally:
         patch.restore()
         if recorder.backward is not None:
-            recorder.backward.close()
+            recorder.backward.close(clean=sys.exc_info()[0] is None)
 
 
 @contextmanager

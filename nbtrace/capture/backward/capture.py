@@ -41,6 +41,11 @@ SEVERAL_RANKS = ("under several ranks the float64 twin does not run the backward
                  "on the recording ranks alone (the forward's twin runs, with every rank)")
 
 
+NO_PASS = ("nbtrace: backward=True, but no backward pass ran inside the block: its {n} forward(s) are recorded "
+           "without gradients (generate, and a forward under torch.no_grad or inference_mode, builds no graph; run "
+           "loss.backward() inside the block)")
+
+
 class BackwardCapture:
     """The backward side of one ``nbtrace.trace`` block (``recorder.backward``)."""
 
@@ -230,8 +235,12 @@ class BackwardCapture:
         except Exception as exc:  # noqa: BLE001 - recording must never cost the user their backward
             warnings.warn(f"nbtrace could not write the backward pass: {exc}", stacklevel=2)
 
-    def close(self) -> None:
-        """The block ends: every hook removed, the pass still open (a backward that raised) dropped."""
+    def close(self, clean: bool = True) -> None:
+        """The block ends: every hook removed, the pass still open (a backward that raised) dropped. A block that
+        ended ``clean`` (it did not raise), recorded forwards and ran no backward pass is told so in a warning: a
+        ``generate``, or a forward under ``no_grad``, builds no graph to run one on."""
+        if clean and not self._closed and not self._passes and len(self.recorder):
+            warnings.warn(NO_PASS.format(n=len(self.recorder)), stacklevel=4)
         self._closed = True
         self._pass = None
         for handle in self._handles + self._parameters:
