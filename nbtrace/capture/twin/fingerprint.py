@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import torch
 
-from .signs import (AXIS_SUMS, CHUNK, SEED_S, SENTINEL, SUMS, axis_shape, axis_signs, chunk_signs, sign_sequence,
-                    valid_shape)
+from .. import transfer
+from .signs import (AXIS_SUMS, CHUNK, KEPT, SEED_S, SENTINEL, SUMS, SUMSQ, WIDTH, axis_shape, axis_signs,
+                    chunk_signs, sign_sequence, valid_shape)
 
 _S: dict[torch.device, torch.Tensor] = {}
 _W: dict[torch.device, torch.Tensor] = {}
@@ -61,35 +62,96 @@ def fingerprint(x: torch.Tensor, valid: torch.Tensor | None = None, layout: bool
     (above ``-1e30``: a NaN, ``-inf`` and a mask's ``finfo.min`` are not), the kept values, the chunks summed with
     their signs in one matrix-vector product, the sum of squares; then the layout sums (``layout``: not for a
     fingerprint only ever compared with another of the same tensor's layout, a perturbed run's). A ``+inf`` or a
-    huge positive value makes the sums non-finite, which the sidecar records as an element left out."""
+    huge positive value makes the sums non-finite, which the sidecar records as an element left out.
+
+    In host memory, where reading a number costs no wait, one pass first asks whether anything is to be left out;
+    most tensors hold nothing to leave out, and their values are used as they are (the same numbers bit for bit:
+    only the passes that would change nothing are skipped). The numbers are written into one tensor, and each
+    operation is one of few on a small tensor: on the small tensors of a model of many tiny calls the count of
+    operations, not the passes, is the cost."""
     with torch._C.DisableTorchFunction():
         x = x.detach()
         if x.is_complex():
             x = torch.view_as_real(x)
-        x = x.to(torch.float64)
+        if x.dtype != torch.float64:
+            x = x.to(torch.float64)
+        n = x.numel()
         keep = valid_elements(x, valid)
-        ok = x > -SENTINEL
-        if keep is not None:
-            ok = ok & keep
-            counted = keep.sum().to(torch.float64) * (x.numel() // keep.numel())
+        width = WIDTH if not layout or axis_shape(tuple(x.shape)) is None else WIDTH + AXIS_SUMS
+        if n and transfer.host_readable(x) and x.min().item() > -SENTINEL:  # a NaN's minimum is NaN
+            if keep is not None and bool(keep.all()):  # a mask of all ones leaves nothing out
+                keep = None
+            if keep is None:
+                values, out = x.reshape(-1), _numbers(n, width, x.device)
+            else:  # only the padding is left out: where it is, as the general way leaves it out
+                values = torch.where(keep, x, 0.0).reshape(-1)
+                kept = float(int(keep.sum()) * (n // keep.numel()))
+                out = torch.tensor([0.0] * SUMS + [kept] + [0.0] * (width - SUMS - 1), dtype=torch.float64,
+                                   device=x.device)
         else:
-            counted = torch.tensor(float(x.numel()), dtype=torch.float64, device=x.device)
-        values = torch.where(ok, x, 0.0).reshape(-1)
-        kept = ok.sum().to(torch.float64)
-        n = values.numel()
-        full, rest = divmod(n, CHUNK)
-        s, w = element_and_chunk_signs(x.device, full + 1)
-        folded = torch.zeros(CHUNK, dtype=torch.float64, device=x.device)
-        if full:
-            folded += w[:full] @ values[: full * CHUNK].view(full, CHUNK)
+            ok = x > -SENTINEL
+            if keep is not None:
+                ok = ok & keep
+                counted = keep.sum().to(torch.float64) * (n // keep.numel())
+            else:
+                counted = torch.tensor(float(n), dtype=torch.float64, device=x.device)
+            values = torch.where(ok, x, 0.0).reshape(-1)
+            kept = ok.sum().to(torch.float64)
+            out = torch.cat([torch.zeros(SUMS, dtype=torch.float64, device=x.device),
+                             torch.stack([kept, kept, counted - kept]),
+                             torch.zeros(width - WIDTH, dtype=torch.float64, device=x.device)])
+        _signed_sums(values, out[:SUMS])
+        torch.dot(values, values, out=out[SUMSQ])
+        if width > WIDTH:
+            layout_sums(values, axis_shape(tuple(x.shape)), out[WIDTH:])
+        return out
+
+
+def _signed_sums(values: torch.Tensor, out: torch.Tensor) -> None:
+    """The 16 sums of ``values`` (float64, flat), written into ``out``: each chunk's elements times its sign ``W[c]``
+    added into 4096 slots (one matrix-vector product for the whole chunks), the slots times ``S``, summed by slot
+    modulo 16. A tensor of one chunk or less is signed by ``W[0]·S`` in one product. The terms are those of the
+    slots' products bit for bit but for the sign of a zero, which no sum can show (torch's sum starts from +0.0)."""
+    n = values.numel()
+    full, rest = divmod(n, CHUNK)
+    s, w = element_and_chunk_signs(values.device, full + 1)
+    if not full:
+        folded = torch.zeros(CHUNK, dtype=torch.float64, device=values.device)
+        torch.mul(values, _first_chunk_signs(values.device)[:rest], out=folded[:rest])
+    else:
+        folded = w[:full] @ values[: full * CHUNK].view(full, CHUNK)
         if rest:
             folded[:rest] += w[full] * values[full * CHUNK:]
-        sums = (folded * s).view(-1, SUMS).sum(0)
-        extra = torch.stack([kept, torch.dot(values, values), counted - kept])
-        axes = axis_shape(tuple(x.shape)) if layout else None
-        if axes is None:
-            return torch.cat([sums, extra])
-        return torch.cat([sums, extra, layout_sums(values, axes)])
+        folded *= s
+    torch.sum(folded.view(-1, SUMS), 0, out=out)
+
+
+_FIRST: dict[torch.device, torch.Tensor] = {}
+
+
+def _first_chunk_signs(device: torch.device) -> torch.Tensor:
+    """``W[0]·S``: the signs of the elements of a tensor of one chunk or less, kept per device."""
+    found = _FIRST.get(device)
+    if found is None:
+        s, w = element_and_chunk_signs(device, 1)
+        found = _FIRST[device] = w[0] * s
+    return found
+
+
+#: per (elements, width, device): the fingerprint's numbers of a tensor that leaves none out, before its sums
+_NUMBERS: dict[tuple[int, int, torch.device], torch.Tensor] = {}
+
+
+def _numbers(n: int, width: int, device: torch.device) -> torch.Tensor:
+    """A new tensor of ``width`` numbers, ``n`` at ``KEPT`` and zeros elsewhere (a copy of one kept per size)."""
+    key = (n, width, device)
+    found = _NUMBERS.get(key)
+    if found is None:
+        found = torch.zeros(width, dtype=torch.float64, device=device)
+        found[KEPT] = float(n)
+        if len(_NUMBERS) < 4096:
+            _NUMBERS[key] = found
+    return found.clone()
 
 
 def axis_sign_rows(size: int, device: torch.device) -> torch.Tensor:
@@ -101,10 +163,15 @@ def axis_sign_rows(size: int, device: torch.device) -> torch.Tensor:
     return found
 
 
-def layout_sums(values: torch.Tensor, axes: tuple[int, ...]) -> torch.Tensor:
+def layout_sums(values: torch.Tensor, axes: tuple[int, ...], out: torch.Tensor | None = None) -> torch.Tensor:
     """The ``AXIS_SUMS`` layout sums of ``values`` (float64, flat) held in ``axes`` (``signs.axis_shape``): the last
-    axis contracted with its signs in one matrix product, then each earlier one, last to first."""
+    axis contracted with its signs in one matrix product, then each earlier one, last to first; written into
+    ``out`` (``AXIS_SUMS`` contiguous float64 numbers) where given."""
     found = values.view(-1, axes[-1]) @ axis_sign_rows(axes[-1], values.device)
-    for size in reversed(axes[:-1]):
+    for size in reversed(axes[1:-1]):
         found = (found.view(-1, size, AXIS_SUMS) * axis_sign_rows(size, values.device)).sum(1)
-    return found.view(AXIS_SUMS)
+    found = found.view(-1, axes[0], AXIS_SUMS) * axis_sign_rows(axes[0], values.device)
+    if out is None:
+        return found.sum(1).view(AXIS_SUMS)
+    torch.sum(found, 1, out=out.view(1, AXIS_SUMS))
+    return out

@@ -28,6 +28,7 @@ a float64 twin. Nothing of the user's model, inputs, flags or random state chang
 from __future__ import annotations
 
 import functools
+import gc
 import json
 import weakref
 import zlib
@@ -143,6 +144,19 @@ def twin_runs(model: nn.Module, inputs: dict[str | None, tuple[tuple, dict[str, 
     attributes held when the forward began, in float64 (``state.py``); ``ranks``: this rank's part where several ranks
     run their twins together (``ranks.py``), every run finished on all of them; ``stream``: no whole float64 copy,
     each module's float64 weights made as it runs (``stream.py``)."""
+    paused = gc.isenabled()  # the runs make many small objects and free them as they go: the cyclic collector's
+    gc.disable()  # passes over every object of the trace so far cost more than one float64 forward on a large model
+    try:
+        return _twin_runs(model, inputs, class_name, valid, observe, run, carried, ranks, stream)
+    finally:
+        if paused:
+            gc.enable()
+
+
+def _twin_runs(model: nn.Module, inputs: dict[str | None, tuple[tuple, dict[str, Any]]], class_name: str,
+               valid: torch.Tensor | None, observe: Callable[[str, Any], None] | None, run: Callable[..., Any] | None,
+               carried: CarriedState | None, ranks: RankTwin | None,
+               stream: bool) -> dict[str | None, tuple[TwinRun, Any]]:
     seen_through = unrounded_buffers(model)  # once per forward, for the copy and the constants' perturbation
     wide = copy_in(model, torch.float64, seen_through, stream=stream)
     streamed = Streamed(model, wide) if stream else None
@@ -168,12 +182,13 @@ def twin_runs(model: nn.Module, inputs: dict[str | None, tuple[tuple, dict[str, 
             if streamed is not None:
                 streamed.kind, mode.resolve = kind, streamed.resolve
             state.result.events.append("(" + class_name)
-            root = _prints_of_inputs(args, kwargs, state)
+            with torch._C.DisableTorchFunction():
+                root = _prints_of_inputs(args, kwargs, state)
             out = call(wide, *args, **kwargs) if streamed is None else call(*args, **kwargs)
-            root.update(_prints_of_output(out, state))
-            _note(state, class_name, root)
-            if state.observe is not None:
-                with torch._C.DisableTorchFunction():
+            with torch._C.DisableTorchFunction():
+                root.update(_prints_of_output(out, state))
+                _note(state, class_name, root)
+                if state.observe is not None:
                     state.observe(class_name, out)
         if ranks is not None:
             ranks.finish(state.result, kind)
@@ -208,12 +223,13 @@ def _collector(path: str, inner: Callable, counts: dict[str, int], state: _State
         count = counts[path] = counts.get(path, 0) + 1
         key = path if count == 1 else f"{path}@{count}"
         state.result.events.append("(" + key)
-        prints = _prints_of_inputs(args, kwargs, state)
+        with torch._C.DisableTorchFunction():  # the collector's own operations are not the twin's (nor its cost)
+            prints = _prints_of_inputs(args, kwargs, state)
         out = inner(*args, **kwargs)
-        prints.update(_prints_of_output(out, state))
-        _note(state, key, prints)
-        if state.observe is not None:
-            with torch._C.DisableTorchFunction():  # the observer's own operations are not the twin's
+        with torch._C.DisableTorchFunction():  # the observer's own operations are not the twin's either
+            prints.update(_prints_of_output(out, state))
+            _note(state, key, prints)
+            if state.observe is not None:
                 state.observe(key, out)
         return out
 

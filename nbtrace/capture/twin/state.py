@@ -56,6 +56,7 @@ class CarriedState:
         """Give the copy ``wide`` the state the forward started from, in float64, before the run ``kind``."""
         known = self.known.get(kind, {})
         now = {(m, k): (b, v) for m, k, b, v in _state(model)}
+        wide = _Modules(wide)
         for held in self.held:
             entry = known.get(id(held.value))
             if entry is not None and entry[0] is held.value and entry[2] == held.versions:
@@ -73,6 +74,7 @@ class CarriedState:
     def keep(self, model: nn.Module, wide: nn.Module, kind: str | None) -> None:
         """After the run ``kind``: pair what the forward changed with the twin's values at the same names."""
         started = {(h.module, h.name): h for h in self.held}
+        wide = _Modules(wide)
         taken = {id(value) for other, entries in self.known.items() if other != kind
                  for _, value, _ in entries.values()}
         fresh: dict[int, tuple[Any, Any, tuple[int, ...]]] = {}
@@ -135,7 +137,27 @@ def _clone(value: Any) -> Any:
     return type(value)(t.clone() for t in value)
 
 
-def _get(wide: nn.Module, module: str, name: str, buffer: bool) -> Any:
+class _Modules:
+    """The copy's submodules by name, listed once (``get_submodule`` walks the path at every call: restoring the
+    demo model's 6,000 attributes per run that way cost more than its float64 forward)."""
+
+    def __init__(self, wide: nn.Module) -> None:
+        self.wide = wide
+        self.found: dict[str, nn.Module | None] = dict(wide.named_modules())
+
+    def get_submodule(self, name: str) -> nn.Module:
+        if name not in self.found:  # a module shared under a second name
+            try:
+                self.found[name] = self.wide.get_submodule(name)
+            except AttributeError:
+                self.found[name] = None
+        sub = self.found[name]
+        if sub is None:
+            raise AttributeError(name)
+        return sub
+
+
+def _get(wide: nn.Module | _Modules, module: str, name: str, buffer: bool) -> Any:
     try:
         sub = wide.get_submodule(module)
     except AttributeError:
@@ -146,7 +168,7 @@ def _get(wide: nn.Module, module: str, name: str, buffer: bool) -> Any:
 _ABSENT = object()
 
 
-def _set(wide: nn.Module, module: str, name: str, buffer: bool, value: Any) -> None:
+def _set(wide: nn.Module | _Modules, module: str, name: str, buffer: bool, value: Any) -> None:
     """Set (or, given ``_ABSENT``, remove) a state of the copy."""
     try:
         sub = wide.get_submodule(module)

@@ -94,7 +94,7 @@ class Streamed:
         """The float64 values of ``source``'s parameter for the run under way."""
         from .forward import ROUNDED
 
-        with torch.no_grad(), torch._C.DisableTorchFunction():
+        with torch._C.DisableTorchFunction(), torch.no_grad():
             value = source.value.detach()
             if self.kind in ROUNDED and source.weight:
                 value = value.to(getattr(torch, self.kind))
@@ -132,15 +132,17 @@ class Streamed:
         def run(*args: Any, **kwargs: Any) -> Any:
             held = module._parameters
             before = {s.key: held[s.key] for s in sources}
-            made = [self.make(source) for source in sources]
-            for source, wide in zip(sources, made):
-                held[source.key] = nn.Parameter(wide, requires_grad=False)
+            with torch._C.DisableTorchFunction():  # making the weights is not the twin's own work
+                made = [self.make(source) for source in sources]
+                for source, wide in zip(sources, made):
+                    held[source.key] = nn.Parameter(wide, requires_grad=False)
             try:
                 return inner(*args, **kwargs)
             finally:
                 held.update(before)
-                for wide in made:
-                    self.release(wide)
+                with torch._C.DisableTorchFunction():
+                    for wide in made:
+                        self.release(wide)
 
         return run
 

@@ -27,6 +27,10 @@ CAST_NAMES = frozenset({"float", "half", "bfloat16", "double"})
 #: operations whose dtype argument reinterprets bits: never widened
 _KEEP = frozenset({_TENSOR.view})
 _WIDE = {True: torch.complex128, False: torch.float64}
+_DTYPE = frozenset({torch.dtype})
+#: the floating dtypes narrower than float64: an operation that returns one is where the twin is not float64
+_NARROW = frozenset(d for d in vars(torch).values() if isinstance(d, torch.dtype) and d.is_floating_point
+                    and d != torch.float64)
 
 
 def wide_dtype(value: Any) -> Any:
@@ -53,12 +57,12 @@ class Widen(TorchFunctionMode):
             args, kwargs = self.resolve(args, kwargs)
         if func in _CASTS:
             func = _TENSOR.double
-        elif func not in _KEEP:
-            if any(isinstance(a, torch.dtype) for a in args):
+        elif func not in _KEEP:  # the checks run in C: this is every operation of the twin
+            if not _DTYPE.isdisjoint(map(type, args)):
                 args = tuple(wide_dtype(a) for a in args)
             if "dtype" in kwargs:
                 kwargs = dict(kwargs, dtype=wide_dtype(kwargs["dtype"]))
         out = func(*args, **kwargs)
-        if type(out) is _TENSOR and out.is_floating_point() and out.dtype != torch.float64:
+        if type(out) is _TENSOR and out.dtype in _NARROW:
             self.low.append((getattr(func, "__name__", repr(func)), str(out.dtype).replace("torch.", "")))
         return out
