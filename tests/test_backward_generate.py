@@ -53,3 +53,19 @@ def test_a_block_that_raises_does_not_add_the_warning(model_and_prompt, tmp_path
         with pytest.raises(KeyError), nbtrace.trace(model, tmp_path, backward=True, measure_rounding=False):
             model(prompt)
             raise KeyError("the user's own error")
+
+
+def test_the_view_of_the_block_plots_the_step_with_a_backward_only(model_and_prompt, tmp_path):
+    model, prompt = model_and_prompt
+    with nbtrace.trace(model, tmp_path / "run", backward=True, measure_rounding=False) as rec:
+        model(prompt).logits.float().pow(2).mean().backward()
+        model.generate(prompt, max_new_tokens=1, do_sample=False)
+    model.zero_grad()
+    view = nbtrace.TraceView(rec)
+    assert view.step_count == 2 and view.step == 0 and view.gradients  # the training step: its plot
+    view.step = 1
+    assert view.gradients == ""  # generate's forward: none
+    view.step = 0
+    assert view.gradients
+    page = nbtrace.save_html(view, tmp_path / "run.html").read_text()
+    assert 'id="nbt-gradients-0"' in page and 'id="nbt-gradients-1"' not in page

@@ -167,3 +167,19 @@ def test_saved_page_draws_and_selects(page, detached, tmp_path, artifacts):
     plot.locator('.nbt-gp-pt[data-kind="parameters"][data-path="TinyTrainLM.layers.2"]').click()
     expect(page.locator('.nbt-row[data-path="TinyTrainLM.layers.2"]')).to_have_attribute("aria-selected", "true")
     page.screenshot(path=str(artifacts / "html_gradient_plot.png"), full_page=True)
+
+
+def test_saved_page_of_several_forwards_swaps_the_plot_with_the_step(page, tmp_path):
+    model = build(seed=0)
+    with nbtrace.trace(model, tmp_path / "run", backward=True, measure_rounding=False) as rec:
+        train_step(model)  # forward 0: a training step
+        with torch.no_grad():
+            model(torch.zeros(1, 4, dtype=torch.long))  # forward 1: no backward
+    target = nbtrace.save_html(TraceView(rec), tmp_path / "steps.html")
+    page.goto(target.resolve().as_uri())
+    plot = page.locator(".nbt-gradients")
+    expect(plot.locator(".nbt-gp-pt").first).to_be_visible()
+    page.locator(".nbt-step").nth(1).click()
+    expect(plot).to_be_hidden()
+    page.locator(".nbt-step").nth(0).click()
+    expect(plot.locator(".nbt-gp-pt").first).to_be_visible()
