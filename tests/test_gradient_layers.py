@@ -72,20 +72,37 @@ def test_a_detached_residual_shows_the_vanishing_drop_at_its_layer(tmp_path, see
         assert bad[layer].arrived < 0.5 * good[layer].arrived
 
 
-def test_a_pruned_layer_is_a_hole_and_the_view_carries_the_plot(tmp_path):
-    trace = traced(tmp_path)  # the default prunes the middle layer from the files
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_layer_pruned_from_the_files_keeps_its_norms(tmp_path, seed):
+    """The default prunes the middle layer from the files; the backward file keeps its gradients' norms."""
+    layers = layer_gradients(traced(tmp_path, "detach_residual", seed=seed))
+    arrived, sent = torch_norms("detach_residual", seed=seed)
+    assert [(g.layer, g.x, g.node is None) for g in layers] == [(0, 0, False), (1, 1, True), (2, 2, False)]
+    hidden = layers[BUG_LAYER]
+    assert hidden.arrived == pytest.approx(arrived[BUG_LAYER], rel=1e-5)
+    assert hidden.sent == pytest.approx(sent[BUG_LAYER], rel=1e-5)
+    assert hidden.gain < 0.5 * min(g.gain for g in layers if g is not hidden)  # the cut, seen in a pruned layer
+    assert hidden.parameters > 0 and hidden.input_rms is None  # its forward is not in the files
+
+
+def test_the_view_carries_the_plot_each_point_with_its_row(tmp_path):
+    trace = traced(tmp_path)
     layers = layer_gradients(trace)
-    assert [(g.layer, g.x) for g in layers] == [(0, 0), (LAYERS - 1, LAYERS - 1)]
     view = TraceView(trace)
     plot = json.loads(view.gradients)
-    kinds = {(s["panel"], s["kind"]) for s in plot["series"]}
-    assert kinds == {("backward", "arrived"), ("backward", "sent"), ("backward", "parameters"), ("forward", "input_rms")}
+    kinds = {(s["panel"], s["kind"]): s for s in plot["series"]}
+    assert set(kinds) == {("backward", "arrived"), ("backward", "sent"), ("backward", "parameters"),
+                          ("forward", "input_rms")}
+    assert [p[0] for p in kinds["backward", "sent"]["points"]] == [0, 1, 2]
+    assert [p[0] for p in kinds["forward", "input_rms"]["points"]] == [0, 2]  # a pruned layer has no forward here
     for s in plot["series"]:
         for x, y, row, path, tip in s["points"]:
-            assert view.rows["seg"] and view._row_nodes[row].module_path == path and path in {g.node.module_path
-                                                                                              for g in layers}
             assert y > 0 and math.isfinite(y) and path.split(".", 1)[1] in tip
-    assert as_rows(layers)[0]["path"] == f"{ROOT}.layers.0"
+            if x == BUG_LAYER:
+                assert row == -1 and "pruned from the files" in tip
+            else:
+                assert view._row_nodes[row].module_path == path
+    assert as_rows(layers)[1]["path"] == f"{ROOT}.layers.1"
 
 
 def test_a_model_without_layers_plots_its_leaf_calls_with_parameters(tmp_path):

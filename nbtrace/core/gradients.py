@@ -9,7 +9,11 @@ gradient of that pass (a tied weight's summed over its uses)::
     {"format": "nbtrace-backward", "version": 1, "forward": "<digest of the forward's FULL file>",
      "tensors": "<folder of the safetensors files>" | null,
      "passes": [{"tree": {<call tree>}, "parameters": {"<Class>.<module path>.<name>": <tensor record>},
-                 "seed": {"shape": [..], "dtype": ".."} | null}]}
+                 "seed": {"shape": [..], "dtype": ".."} | null,
+                 "norms": {"<call name>": {"outputs.<i>" | "inputs.<i>": <norm> | null}}}]}
+
+``norms`` (optional) keeps, for each layer block pruning left out of the tree, the norm of the gradient that reached
+each output and of what it sent to each input: the picture of gradients across layers stays whole.
 
 ``forward`` ties the file to the forward it belongs to: a file left by another run (its digest differs) is not
 read. ``twin`` (optional) holds the fingerprints of the forward's float64 twin run backward from a fixed cotangent
@@ -74,6 +78,9 @@ class GradPass:
     trace: Trace
     parameters: dict[str, TensorValue] = field(default_factory=dict)
     index: int = 0
+    #: the gradient norms of each layer block pruning left out of the files: call name -> place (``outputs.0``,
+    #: ``inputs.0``) -> norm (None where it was not finite)
+    norms: dict[str, dict[str, float | None]] = field(default_factory=dict)
 
     def grad_outputs(self, node: Node) -> Any:
         """The gradient that reached ``node``'s outputs in this pass (the format's nesting)."""
@@ -164,7 +171,10 @@ def parse_backward(document: Any, where: Path, base_dir: Path) -> Backward:
             value = builder.value(record, 0)
             if isinstance(value, TensorValue):
                 parameters[name] = value
-        passes.append(GradPass(trace, parameters, i))
+        norms = raw.get("norms") or {}
+        if not isinstance(norms, dict) or not all(isinstance(v, dict) for v in norms.values()):
+            raise TraceFormatError(where, f"pass {i}: 'norms' must map call names to places and numbers")
+        passes.append(GradPass(trace, parameters, i, {str(k): dict(v) for k, v in norms.items()}))
     backward = Backward(passes, where)
     twin = document.get("twin")
     if isinstance(twin, dict):

@@ -208,7 +208,7 @@ function mountGradientPlot(host, model, select) {
   readout.className = "nbt-gp-readout";
   const mark = () => {
     const row = model.get("selected_row");
-    for (const dot of host.querySelectorAll(".nbt-gp-pt")) dot.classList.toggle("nbt-gp-on", Number(dot.dataset.row) === row);
+    for (const dot of host.querySelectorAll(".nbt-gp-pt")) dot.classList.toggle("nbt-gp-on", row >= 0 && Number(dot.dataset.row) === row);
   };
   const draw = () => {
     const raw = model.get("gradients") || "";

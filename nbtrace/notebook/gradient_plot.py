@@ -34,6 +34,7 @@ GRADIENT_WORDS = {
     "parameters": "its parameters",
     "input_rms": "entering it",
     "no_row": "(no counterpart in a)",
+    "pruned": "(pruned from the files: its norms only)",
     "go": "go to",
 }
 #: the backward verdict's mark in a comparison's plot, by its state
@@ -56,13 +57,15 @@ def _series(layers: list[LayerGradient], side: str, rows: list[int], label: str)
             value = _value(layer, kind)
             if value is None:
                 continue
-            name = without_root(layer.node.module_path) or layer.node.module_path
+            name = without_root(layer.path) or layer.path
             tip = f"{label}{name} · {GRADIENT_WORDS[kind]}: {format_number(value)}"
             if kind == "sent" and layer.gain is not None:
                 tip += f" (×{format_number(layer.gain)} of what reached it)"
-            if row < 0:
+            if layer.node is None:
+                tip += f" {GRADIENT_WORDS['pruned']}"
+            elif row < 0:
                 tip += f" {GRADIENT_WORDS['no_row']}"
-            points.append([layer.x, value, row, layer.node.module_path, tip])
+            points.append([layer.x, value, row, layer.path, tip])
         if points:
             out.append({"panel": panel, "kind": kind, "side": side,
                         "name": f"{label}{GRADIENT_WORDS[kind]}", "points": points})
@@ -73,7 +76,7 @@ def _ticks(layers: list[LayerGradient]) -> tuple[list[list[Any]], list[list[Any]
     """The x axis's labels ([x, text]) and, for several layer stacks, each stack's span ([first x, last x, name])."""
     ticks, stacks = [], {}
     for layer in layers:
-        ticks.append([layer.x, str(layer.layer) if layer.layer is not None else without_root(layer.node.module_path)])
+        ticks.append([layer.x, str(layer.layer) if layer.layer is not None else without_root(layer.path)])
         if layer.stack:
             first, _, _ = stacks.get(layer.stack, (layer.x, layer.x, ""))
             stacks[layer.stack] = (first, layer.x, without_root(layer.stack) or layer.stack)
@@ -90,10 +93,12 @@ def gradient_plot(
     if not layers and not b_layers:
         return None
     label = "a: " if comparison is not None else ""
-    series = _series(layers, "a", [row_of_node.get(id(g.node), -1) for g in layers], label)
+    series = _series(layers, "a", [row_of_node.get(id(g.node), -1) if g.node is not None else -1 for g in layers],
+                     label)
     if b_layers:
         b_rows = _b_rows(trace, row_of_node, report or [])
-        series += _series(b_layers, "b", [b_rows.get(g.node.module_path, -1) for g in b_layers], "b: ")
+        series += _series(b_layers, "b", [b_rows.get(g.path, -1) if g.node is not None else -1 for g in b_layers],
+                          "b: ")
     ticks, stacks = _ticks(layers or b_layers)
     backward = trace.backward or (comparison.b.backward if comparison is not None else None)
     layered = any(g.layer is not None for g in layers or b_layers)
@@ -120,7 +125,7 @@ def _verdict(comparison: Any, trace: Trace, row_of_node: dict[int, int], layers:
         while probe and probe not in shown:
             probe = probe.rpartition(".")[0]
         row = shown.get(probe, -1)
-        inside = [g for g in layers if path == g.node.module_path or path.startswith(g.node.module_path + ".")]
+        inside = [g for g in layers if path == g.path or path.startswith(g.path + ".")]
         x = inside[0].x if inside else _hidden_x(path, layers)  # pruned from the files: its layer number says where
     return {"state": verdict.state, "mark": VERDICT_WORDS.get(verdict.state, verdict.state), "text": str(verdict),
             "row": row, "x": x, "path": path or ""}

@@ -6,8 +6,8 @@ forward order: the norm of the gradient that reached its outputs in a backward p
 it sent on to its inputs (``sent``: a layer with a residual sends on about what it got; one whose residual is cut by
 a ``detach()`` sends much less, the vanishing drop), the norm of every parameter gradient under it, and the RMS of
 the hidden state entering it in the forward. ``x`` places the layer on one axis: its layer number, the stacks of a
-model with several (an encoder's, a decoder's) one after the other, so a layer pruned from the files is a hole in
-the line, not a step. A model with no layer stack gets its leaf calls that own parameters, in call order (``x``
+model with several (an encoder's, a decoder's) one after the other. A layer block pruning left out of the files
+comes from the norms the backward file keeps of it (``GradPass.norms``; ``node`` None, no forward numbers). A model with no layer stack gets its leaf calls that own parameters, in call order (``x``
 their position).
 """
 
@@ -33,7 +33,8 @@ __all__ = ["LayerGradient", "layer_gradients", "norm_of"]
 class LayerGradient:
     """One layer's gradients in one backward pass (norms are Euclidean norms over the whole tensor)."""
 
-    node: Node  #: the layer's call in the forward trace
+    path: str  #: the layer's module path
+    node: Node | None  #: its call in the forward trace (None for a layer pruning left out of the files)
     x: float  #: its place on the layer axis
     layer: int | None  #: its layer number (None for a leaf call of a model without layer stacks)
     stack: str  #: the layer stack it belongs to (``Llama.model.layers``), or "" without one
@@ -109,9 +110,27 @@ def layer_gradients(trace: Trace, grad_pass: int = -1) -> list[LayerGradient]:
         else:
             x = float(position)
         found.append(LayerGradient(
-            node=node, x=x, layer=number, stack=stack,
+            path=node.module_path, node=node, x=x, layer=number, stack=stack,
             arrived=norm_of(_first_tensor(grad.outputs)), sent=norm_of(_first_tensor(grad.inputs)),
             parameters=_parameters_norm(chosen, node.module_path), input_rms=_rms(node)))
+    if layered and chosen.norms:
+        found = sorted(found + _pruned(chosen, offsets), key=lambda g: g.x)
+    return found
+
+
+def _pruned(grad_pass: GradPass, offsets: dict[str, float]) -> list[LayerGradient]:
+    """The layer blocks pruning left out of the files, from the norms the pass kept of them (their first call)."""
+    found = []
+    for call, places in grad_pass.norms.items():
+        stack, _, number = call.rpartition(".")
+        if stack not in offsets or not number.isdigit():
+            continue  # a later call of a block (``<path>@<n>``), or a stack the files do not show
+        arrived, sent = places.get("outputs.0"), places.get("inputs.0")
+        found.append(LayerGradient(
+            path=call, node=None, x=offsets[stack] + int(number), layer=int(number), stack=stack,
+            arrived=arrived if isinstance(arrived, (int, float)) else None,
+            sent=sent if isinstance(sent, (int, float)) else None,
+            parameters=_parameters_norm(grad_pass, call), input_rms=None))
     return found
 
 
@@ -125,5 +144,5 @@ def _rms(node: Node) -> float | None:
 
 def as_rows(layers: list[LayerGradient]) -> list[dict[str, Any]]:
     """The layers as plain rows (for a table or JSON): path, x, layer, arrived, sent, gain, parameters, input_rms."""
-    return [{"path": g.node.module_path, "x": g.x, "layer": g.layer, "arrived": g.arrived, "sent": g.sent,
+    return [{"path": g.path, "x": g.x, "layer": g.layer, "arrived": g.arrived, "sent": g.sent,
              "gain": g.gain, "parameters": g.parameters, "input_rms": g.input_rms} for g in layers]

@@ -183,3 +183,15 @@ def test_saved_page_of_several_forwards_swaps_the_plot_with_the_step(page, tmp_p
     expect(plot).to_be_hidden()
     page.locator(".nbt-step").nth(0).click()
     expect(plot.locator(".nbt-gp-pt").first).to_be_visible()
+
+
+def test_layers_pruned_from_the_files_are_drawn_and_not_picked(page, tmp_path):
+    view = TraceView(traced(tmp_path, "detach_residual"))  # the default prunes layer 1 of 3
+    mount(page, view)
+    hidden = page.locator('.nbt-gp-pt[data-kind="sent"][data-path="TinyTrainLM.layers.1"]')
+    expect(hidden).to_have_class(re.compile(r"\bnbt-gp-nopick\b"))
+    expect(page.locator(".nbt-gp-pt.nbt-gp-on")).to_have_count(0)  # nothing selected: no point ringed
+    hidden.hover()
+    expect(page.locator(".nbt-gp-readout")).to_contain_text("pruned from the files")
+    hidden.click()
+    assert view.selected == ""

@@ -7,7 +7,8 @@ its inputs is its own contribution, not the sum over every use of the input (a r
 float input that requires grad is handed to the module as a view of itself (``x.view_as(x)``, which no module can
 tell apart and which autograd supports under every in-place change) and the view's gradient is caught: only the
 module's uses reach it. A module that changes its input in place rebases that view: its input gradient is then
-not caught (``"None"``), and the user's gradients are still exactly what they would be without nbtrace.
+not caught (``"None"``). The user's gradients are what they would be without nbtrace up to the order autograd sums
+a tensor's contributions in (the view's are summed first: float rounding, docs/backward.md).
 
 A call's gradients are kept per pass in ``CallGrads`` slots, numbered as the walk of its inputs and outputs meets
 their tensors, and written as the forward's nesting (``inputs``: ``{"args": [...], "kwargs": {...}}``).
@@ -59,7 +60,7 @@ def detached(value: Any, cache: dict[int, tuple[torch.Tensor, torch.Tensor]]) ->
 class CallGrads:
     """The gradient slots of one call: its inputs' views and outputs, as places, and what each pass caught."""
 
-    __slots__ = ("name", "forward", "inputs", "outputs", "active", "caught")
+    __slots__ = ("name", "forward", "inputs", "outputs", "active", "caught", "norms_only")
 
     def __init__(self, name: str, forward: int) -> None:
         self.name = name  # the call's file base name: its path, ``<path>@<n>`` for a later call
@@ -68,6 +69,8 @@ class CallGrads:
         self.outputs: Any = None
         self.active = True  # False once pruning left the call out of the forward's files
         self.caught: dict[tuple[str, int], Record] = {}  # (io, slot) -> record, for the pass running now
+        #: a layer block pruning left out: only its gradients' norms are kept (the picture across layers)
+        self.norms_only = False
 
     def structure(self, io: str) -> Any:
         """The gradients caught in this pass, in the call's nesting (``None`` where none flowed)."""

@@ -24,6 +24,7 @@ from torch import nn
 from ..call_facts import any_autocast, autocast_state
 from .calls import CallGrads, alias_inputs, detached, hook_all, output_slots
 from .files import PassWriter, move_backward_files
+from ...core.paths import is_layer_block_call
 from ..twin.ranks import several_ranks
 from .twin import random_state, twin_backward
 
@@ -186,10 +187,14 @@ class BackwardCapture:
             return (raw["module_path"], grads, [skeleton(child) for child in raw.get("children") or ()])
 
         self._skeletons[index] = skeleton(root)
+        stacks = _layer_stacks(self._skeletons[index])
         if index > 0:  # the previous forward's files moved into forward_<i>/: its backward files follow them
             move_backward_files(self.recorder._recorded[index - 1], self.recorder.class_name)
         for grads in calls.values():
             grads.active = id(grads) in kept
+            stack, _, number = _path(grads.name).rpartition(".")
+            if not grads.active and stack in stacks and number.isdigit():  # a layer block pruning left out
+                grads.active = grads.norms_only = True
 
     # -- the backward ----------------------------------------------------------
     def _catch(self, grads: CallGrads, io: str, number: int, grad: torch.Tensor) -> None:
@@ -197,6 +202,9 @@ class BackwardCapture:
             return
         writer = self._open_pass()
         if writer is None:
+            return
+        if grads.norms_only:
+            writer.norm(grads.forward, grads.name, f"{io}.{number}", grad)
             return
         name = f"{grads.name}_grad_{io}_{number}"
         grads.caught[(io, number)] = writer.record(grads.forward, grad, name)
@@ -247,6 +255,22 @@ class BackwardCapture:
             handle.remove()
         self._handles, self._parameters = [], []
         self._calls, self._detached = {}, {}
+
+
+def _layer_stacks(skeleton: tuple) -> set[str]:
+    """The layer stacks whose blocks the pruned tree holds (``Llama.model.layers``): a block of one of them that
+    pruning left out keeps its gradients' norms."""
+    stacks: set[str] = set()
+
+    def walk(node: tuple) -> None:
+        path, _, children = node
+        if is_layer_block_call(path, [child[0] for child in children]):
+            stacks.add(path.rpartition(".")[0])
+        for child in children:
+            walk(child)
+
+    walk(skeleton)
+    return stacks
 
 
 def _path(name: str) -> str:

@@ -9,6 +9,7 @@ each forward it reached gets its file written again with every pass recorded for
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -54,6 +55,8 @@ class PassWriter:
         self._stores: dict[int, TensorStore] = {}
         self._touched: dict[int, list[CallGrads]] = {}
         self._parameters: list[tuple[str, torch.Tensor]] = []
+        #: forward index -> call name -> place -> the norm of its gradient (a layer block pruning left out)
+        self._norms: dict[int, dict[str, dict[str, torch.Tensor]]] = {}
         self.twins = twins  # forward index -> its float64 twin's backward (``twin.py``), where it ran
 
     def _serializer(self, forward: int) -> Serializer | None:
@@ -87,6 +90,31 @@ class PassWriter:
         if not grads.caught or len(grads.caught) == 1:
             calls.append(grads)
 
+    def norm(self, forward: int, call: str, place: str, grad: torch.Tensor) -> None:
+        """Keep the norm of one gradient of a layer block pruning left out (computed where it is, read at the end)."""
+        if forward >= len(self.recorder._recorded):
+            return
+        self._norms.setdefault(forward, {}).setdefault(call, {})[place] = torch.linalg.vector_norm(
+            grad.detach(), dtype=torch.float64 if grad.dtype == torch.float64 else torch.float32)
+        self._touched.setdefault(forward, [])
+
+    def _read_norms(self, forward: int) -> dict[str, dict[str, float | None]]:
+        """The pass's norms of ``forward``'s pruned layer blocks as numbers (one transfer per device)."""
+        kept = self._norms.get(forward, {})
+        flat = [(call, place, value) for call, places in kept.items() for place, value in places.items()]
+        by_device: dict[torch.device, list[int]] = {}
+        for i, (_, _, value) in enumerate(flat):
+            by_device.setdefault(value.device, []).append(i)
+        numbers: list[float | None] = [None] * len(flat)
+        for positions in by_device.values():
+            values = torch.stack([flat[i][2].double() for i in positions]).cpu().tolist()
+            for i, value in zip(positions, values):
+                numbers[i] = value if math.isfinite(value) else None
+        out: dict[str, dict[str, float | None]] = {}
+        for (call, place, _), number in zip(flat, numbers):
+            out.setdefault(call, {})[place] = number
+        return out
+
     def parameter(self, name: str, grad: torch.Tensor) -> None:
         self._parameters.append((name, grad.detach().clone() if not self.use_repr else grad.detach()))
 
@@ -114,6 +142,9 @@ class PassWriter:
             skeleton = self.skeletons.get(forward)
             tree = _tree(skeleton) if skeleton is not None else {"module_path": self.recorder.class_name}
             one: dict[str, Any] = {"tree": tree, "parameters": parameters if forward == target else {}}
+            norms = self._read_norms(forward)
+            if norms:
+                one["norms"] = norms
             self.passes.setdefault(forward, []).append(one)
             self._write(forward)
         for calls in self._touched.values():
