@@ -39,7 +39,8 @@ def compare_calls(
     elements in another shape it is another layout of values (a convolution's ``[B, C, H, W]`` against a linear
     patch projection's ``[B, H*W, C]``), which the calls that read it judge, and it is not compared; full tensors
     holding the same axes in another order (``[B, C, H, W]`` against ``[B, H, W, C]``) or other sizes one
-    (``[B, C, 1, 1]`` against ``[B, C]``) are compared in a's layout.
+    (``[B, C, 1, 1]`` against ``[B, C]``) are compared in a's layout, printed ones too (their corners are the same
+    elements in another order).
     """
     diffs = []
     full = (lambda d, tx, ty: measure(x, d, tx, ty)) if measure is not None else None
@@ -95,9 +96,9 @@ def _pick(arg, tensor, theirs, used, io) -> int | None:
                 fallback = k
         elif b_arg == arg and by_name is None and math.prod(other.shape) != math.prod(tensor.shape):
             by_name = k
-        elif (permuted is None or b_arg == arg != theirs[permuted][0]) and tensor.ref is not None \
-                and other.ref is not None and same_values(tensor.shape, other.shape):
-            permuted = k  # full tensors of the same axes in another order: compared in a's layout
+        elif (permuted is None or b_arg == arg != theirs[permuted][0]) and same_values(tensor.shape, other.shape) \
+                and (tensor.ref is not None and other.ref is not None or tensor.lines and other.lines):
+            permuted = k  # full or printed tensors of the same axes in another order: compared in a's layout
     if fallback is not None:
         return fallback
     if permuted is not None:

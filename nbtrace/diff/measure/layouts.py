@@ -16,6 +16,7 @@ further from a's values than a's own norm (values no nearer than unrelated ones)
 from __future__ import annotations
 
 import itertools
+import math
 from typing import TYPE_CHECKING
 
 from ...capture.twin.signs import permutes
@@ -90,19 +91,45 @@ def orders(shape_a: tuple[int, ...], shape_b: tuple[int, ...]) -> list[tuple[int
 def closest(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """``y`` (b's tensor, float64) read in a's layout, in the order of its equal axes whose values are nearest
     ``x`` (a's tensor, float64): the first order where several are as near."""
+    return in_layout(y, tuple(x.shape), nearest_order(x, y))
+
+
+def nearest_order(x: torch.Tensor, y: torch.Tensor) -> tuple[int, ...] | None:
+    """The order ``closest`` reads ``y`` in (None: as it is)."""
     candidates = orders(tuple(x.shape), tuple(y.shape))
     if len(candidates) == 1:
-        return in_layout(y, tuple(x.shape), candidates[0])
+        return candidates[0]
     best, best_distance = None, None
     for order in candidates:
-        moved = in_layout(y, tuple(x.shape), order)
-        distance = _distance(moved, x)
+        distance = _distance(in_layout(y, tuple(x.shape), order), x)
         if best_distance is None:
             if order is None and distance <= _distance(x, 0.0 * x):
-                return moved  # equal shapes read as they are, nearer than a's own norm: no other layout
+                return None  # equal shapes read as they are, nearer than a's own norm: no other layout
         if best_distance is None or distance < best_distance:
-            best, best_distance = moved, distance
+            best, best_distance = order, distance
     return best
+
+
+def printed_in_a_layout(shape_a: tuple[int, ...], shape_b: tuple[int, ...], xs: tuple, ys: tuple) -> tuple | None:
+    """b's printed corners ``ys`` (values, last-digit units) in the order of a's ``xs``: torch prints the first and
+    last three of every axis longer than six where a tensor holds more than 1000 elements, so the corners of one
+    tensor in two layouts are the same elements, each axis's printed ones moved with it; None where the printouts
+    do not hold the grid the shapes say."""
+    import torch
+
+    summarized = math.prod(shape_b) > 1000
+    grid_a = [min(n, 6) if summarized else n for n in shape_a]
+    grid_b = [min(n, 6) if summarized else n for n in shape_b]
+    if math.prod(grid_a) != xs[0].size or math.prod(grid_b) != ys[0].size or xs[0].size != ys[0].size:
+        return None
+    x = torch.tensor(xs[0]).reshape(grid_a).nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)
+    values = torch.tensor(ys[0]).reshape(grid_b)
+    order = nearest_order(x, values.nan_to_num(nan=0.0, posinf=0.0, neginf=0.0))
+    if order is None and tuple(grid_a) != tuple(grid_b):
+        order = axis_order(tuple(grid_a), tuple(grid_b))
+    moved = [in_layout(torch.tensor(t).reshape(grid_b), tuple(grid_a), order).reshape(-1).numpy()
+             for t in ys]
+    return moved[0], moved[1]
 
 
 def _distance(x: torch.Tensor, y: torch.Tensor) -> float:

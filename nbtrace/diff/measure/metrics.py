@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...core.dtypes import is_float, short_dtype
 from ...core.tensor import STAT_NAMES, TensorValue
-from .layouts import in_a_layout, orders, same_values
+from .layouts import in_a_layout, orders, printed_in_a_layout, same_values
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -137,7 +137,7 @@ def diff_tensors(
     (channels first against channels last), or the same values with other sizes one (``[N, C, 1, 1]`` against
     ``[N, C]``), are compared with b's read in a's layout (``layouts.py``)."""
     result = TensorDiff(io, arg, b_arg, a.shape, b.shape, short_dtype(a.dtype), short_dtype(b.dtype))
-    if not same_shape(a.shape, b.shape) and not (a.ref is not None and b.ref is not None
+    if not same_shape(a.shape, b.shape) and not ((a.ref is not None and b.ref is not None or a.lines and b.lines)
                                                  and same_values(a.shape, b.shape)):
         result.basis = "shape"
         result.ok = False
@@ -157,6 +157,8 @@ def diff_tensors(
         return result
     exact = not (is_float(a.dtype) and is_float(b.dtype))
     a_values, b_values = printed_arrays(a, exact), printed_arrays(b, exact)
+    if a_values is not None and b_values is not None and len(orders(tuple(a.shape), tuple(b.shape))) > 1:
+        b_values = printed_in_a_layout(tuple(a.shape), tuple(b.shape), a_values, b_values)  # another layout
     have_printed = a_values is not None and b_values is not None and a_values[0].size == b_values[0].size
     have_stats = bool(a.stats) and bool(b.stats)
     if not have_printed and not have_stats:
