@@ -7,6 +7,11 @@
   port's are a numbered list (pruning does). The attention pairs with the port's attention (``align/fused_calls.py``),
   the port's pruned block sets aside the original's named one (``align/unnumbered.py``), and a bug in that block's
   attention is named at it from the twins (``verdict/hidden_pairs.py``).
+- torchvision's Swin against transformers' Swin: torchvision holds the map as ``(B, H, W, C)``, transformers as
+  ``(B, H·W, C)``; torchvision's ``features`` list (patch embedding, stages, mergings) is pruned where transformers'
+  two stages are not, and the leaves the files lack are found from the twins by their element counts.
+- torchvision's MobileNetV3-Small against timm's: hard activations, a head one side runs as a linear map and the
+  other as a 1x1 convolution.
 - torchvision's EfficientNet-B0 against timm's: ``features.0…8`` is the stem, seven stages and the head, timm's
   ``blocks.0…6`` the stages, so the default folders are pruned by other numbers (the stem and head against the first
   and last stage: ``align/twin_leaves.py``); timm fuses each norm with its activation in one call, and a bug in the
@@ -20,6 +25,8 @@ import torch
 
 import nbtrace
 from tests.models import torchvision_efficientnet as e
+from tests.models import torchvision_mobilenet as m
+from tests.models import torchvision_swin as s
 from tests.models import torchvision_vit as v
 from tests.models.modes import every_mode, reference_folders, traced
 from tests.models.precision import one_thread  # noqa: F401  (a module fixture: one torch thread)
@@ -79,3 +86,27 @@ def test_efficientnet_from_default_folders_pruned_by_other_numbers(efficientnet,
     found = c.first_divergence
     assert (found.module_path if found else None) == e.BUGS.get(bug), c.summary()
     assert c.verdict == ("agree" if bug is None else "diverge"), c.summary()
+
+
+@pytest.mark.parametrize("bug", [None, "norm_eps", "merge_eps"])
+def test_swin_from_default_folders_pruned_on_one_side(tmp_path, bug):
+    """torchvision's files hold the patch embedding and the last stage only: the correct port agrees (before: its
+    norm after the patch embedding paired with a norm of the port's first stage, 'diverge'), and a norm's eps in a
+    stage or a merging the files pruned is named at that norm from the twins."""
+    original, x = s.original(0), s.inputs(0)
+    reference = traced(original, (x,), tmp_path / "a")
+    c = nbtrace.compare(reference, traced(s.port(original, bug), (x,), tmp_path / "b"))
+    found = c.first_divergence
+    assert (found.module_path if found else None) == s.BUGS.get(bug), c.summary()
+
+
+@pytest.mark.parametrize("bug", [None, "act_relu", "head_scaled"])
+def test_mobilenet_port_with_its_head_as_a_convolution(tmp_path, bug):
+    """Unpruned folders: the correct port agrees; a hard-swish planted as a ReLU is named at the activation, the
+    head's weight scaled (a 1x1 convolution in the port, a linear map in the original) at the linear map."""
+    original, x = m.original(0), m.inputs(0)
+    options = {"use_repr": False, "do_prune_layers": False}
+    c = nbtrace.compare(traced(original, (x,), tmp_path / "a", **options),
+                        traced(m.port(original, bug), (x,), tmp_path / "b", **options))
+    found = c.first_divergence
+    assert (found.module_path if found else None) == m.BUGS.get(bug), c.summary()

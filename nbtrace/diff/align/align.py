@@ -152,9 +152,12 @@ def _equalize_pruning(a: Trace, b: Trace) -> tuple[list[Node], list[Node]]:
         return set_aside_by_twins(a, b)
     if gaps_a == gaps_b:
         return [], []
-    if gaps_a:  # a was pruned, b was not: set aside b's intermediate blocks (numbered, or named: unnumbered.py)
-        return [], [n for block in would_be_pruned(b) for n in block.walk()] or unnumbered_pruned(a, b)
-    return [n for block in would_be_pruned(a) for n in block.walk()] or unnumbered_pruned(b, a), []
+    if gaps_a:  # a was pruned, b was not: set aside b's intermediate blocks (numbered, named: unnumbered.py, or
+        # found from the twins: twin_leaves.py)
+        return [], ([n for block in would_be_pruned(b) for n in block.walk()] or unnumbered_pruned(a, b)
+                    or set_aside_by_twins(a, b)[1])
+    return ([n for block in would_be_pruned(a) for n in block.walk()] or unnumbered_pruned(b, a)
+            or set_aside_by_twins(a, b)[0]), []
 
 
 def _in_gaps(pairs: list[tuple[Node, Node]], nodes_a: list[Node], b: Trace) -> list[Node]:

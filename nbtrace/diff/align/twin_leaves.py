@@ -6,15 +6,18 @@ torchvision's ``features.0…8`` is the stem, seven stages and the head (its fil
 stage), timm's ``blocks.0…6`` the seven stages (its files keep the first stage and the last). Aligned from the
 files alone, the stem of one meets the first stage of the other. Both float64 twins ran every call and kept, in
 order, the shapes each call started from and handed on; the sizes of each module's own weights are in the
-sidecars. The two leaf sequences are aligned on those (a longest common subsequence of equal kinds, never on
-values), and where one side's files lack a stretch of its leaves (pruned), the other side's leaves that the files
+sidecars. The two leaf sequences are aligned on those, by element counts (a longest common subsequence of equal
+kinds, never on values), and where one side's files lack a stretch of its leaves (pruned), the other side's leaves that the files
 hold in the same stretch (between the counterparts of the leaves around it) are set aside, with the calls that
-hold nothing else: both sides' files are then thinned alike, and the twins still compare what pruning hid
+hold nothing else (so too where one side pruned nothing and the other's pruned stack has no numbered or named
+counterpart: torchvision's ``features`` list of a patch embedding, stages and mergings against transformers'
+stages): both sides' files are then thinned alike, and the twins still compare what pruning hid
 (``verdict/hidden_pairs.py``).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ...core.node import Node
@@ -28,10 +31,10 @@ Kind = tuple[Any, ...]
 
 def set_aside_by_twins(a: Trace, b: Trace) -> tuple[list[Node], list[Node]]:
     """a's and b's calls inside what the other side's files pruned (the module docstring); empty without twins."""
-    if a.twin is None or b.twin is None or not a.twin.events or not b.twin.events:
-        return [], []
+    if a.twin is None or b.twin is None or not (a.twin.events or b.twin.events):
+        return [], []  # (a side that pruned nothing has no events: its tree holds every call)
     leaves = (twin_leaves(a, a.twin, a.sidecar.get("parameters")), twin_leaves(b, b.twin, b.sidecar.get("parameters")))
-    found = in_order([k for _, k in leaves[0]], [k for _, k in leaves[1]])
+    found = in_order([sizes(k) for _, k in leaves[0]], [sizes(k) for _, k in leaves[1]])
     if not found:
         return [], []
     pairs = sorted(found.items())
@@ -39,6 +42,13 @@ def set_aside_by_twins(a: Trace, b: Trace) -> tuple[list[Node], list[Node]]:
             {call_key(n.module_path, n.call_index): n for n in b.nodes()})
     return (_inside_gaps([(j, i) for i, j in pairs], leaves[1], leaves[0], held[1], held[0]),
             _inside_gaps(pairs, leaves[0], leaves[1], held[0], held[1]))
+
+
+def sizes(kind: Kind) -> Kind:
+    """A leaf's kind by the element counts of its tensors: one house holds a map as ``(B, H, W, C)``, another as
+    ``(B, H·W, C)``."""
+    ins, out, weights = kind
+    return tuple(sorted(math.prod(shape) for shape in ins)), math.prod(out), weights
 
 
 def _inside_gaps(pairs: list[tuple[int, int]], mine: list, theirs: list, my_held: dict, their_held: dict

@@ -5,8 +5,9 @@ its files) while the other's stages, named and not numbered, are held whole (tim
 thinned by other numbers (timm's ``layer3.1…4`` against the port's whole ``stages.2``). The files cannot pair those
 calls, but both float64 twins kept every call they ran, with the shapes of its tensors and the order the calls
 ran in. Between two consecutive leaves the files do pair, a's leaves the files did not pair (set aside, or pruned
-from a's own files) pair with b's: in order, on what they are (the shapes of their float inputs and of what they
-hand on, the sizes of their own weights), never on values; a leaf left over then pairs with the one leftover of
+from a's own files) pair with b's: in order, on what they are (the element counts of their float inputs and of
+what they hand on: one house holds a map as ``(B, H, W, C)``, another as ``(B, H·W, C)``; the sizes of their own
+weights), never on values; a leaf left over then pairs with the one leftover of
 b of exactly its kind, where it is the only one (a shortcut run before the main branch on one side, after it on
 the other); one side's last leaf left pairs with the call that holds all the other side's leaves left there, where
 they start and end alike (``nn.MultiheadAttention``, a leaf, against a port's attention and its projections).
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ...core.node import Node
 from ...core.ranks import call_key
 from ...core.twin import Twin
-from ..align.twin_leaves import Kind, in_order as _in_order, twin_leaves as _leaves
+from ..align.twin_leaves import Kind, in_order as _in_order, sizes, twin_leaves as _leaves
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..comparison import Comparison
@@ -74,6 +75,7 @@ def _segment(mine: list[tuple[str, Kind]], theirs: list[tuple[str, Kind]]) -> di
     """One stretch between two paired leaves: in order, then each leftover with the one leftover of its kind."""
     if not mine or not theirs:
         return {}
+    mine, theirs = [(key, sizes(k)) for key, k in mine], [(key, sizes(k)) for key, k in theirs]
     found = _in_order([k for _, k in mine], [k for _, k in theirs])
     left_a = [i for i in range(len(mine)) if i not in found]
     left_b = [j for j in range(len(theirs)) if j not in set(found.values())]

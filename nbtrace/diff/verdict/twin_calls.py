@@ -125,6 +125,10 @@ class Counterparts:
         self.roles: dict[tuple[str, int], tuple[str, int]] = {
             key: next(iter(found)) for key, found in roles.items() if len(found) == 1 and None not in found}
 
+    def key_of(self, call: Any) -> str | None:
+        """The twin key of ``call``'s counterpart in b, or None."""
+        return self.of(call)[0]
+
     def of(self, call: Any) -> tuple[str | None, dict[str, TwinPrint]]:
         """``(b's call name, its fingerprints)``; ``(None, {})`` where b has no counterpart."""
         match = self.comparison.match_of(call) if isinstance(call, Node) else None

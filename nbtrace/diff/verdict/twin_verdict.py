@@ -38,7 +38,7 @@ from ..ranks.twin_shards import local_pieces, resolve
 from .evidence import Evidence
 from .twin_pairs import Allowance, TwinPair, pairs
 from .twin_calls import Counterparts, call_events
-from .twin_chain import handed_chain
+from .twin_chain import handed_chain, key_walk
 from .stored_dtypes import rounded_side, stored_rounding
 from .weights import same_product, weight_evidence
 
@@ -191,7 +191,8 @@ def twin_verdict(comparison: Comparison) -> TwinVerdict | None:
                 return verdict
             verdict.state, verdict.event, verdict.good = "diverge", event, good
             culprit = _culprit(event, good, comparison.a.root)
-            handed = handed_chain(walk, event, good, twin_a) if good else None
+            handed = handed_chain(walk, event, good, (twin_a, twin_b), key_walk(twin_b, comparison.b.root),
+                                  Counterparts(comparison, twin_b).key_of) if good else None
             if handed is not None and culprit in handed[0].ancestors():  # narrower: only the calls it passed
                 culprit, verdict.handed = handed  # through
             verdict.culprit = _fused_inside(culprit, comparison)
