@@ -1,8 +1,8 @@
 """Gradient norms across layers (the picture of vanishing and exploding gradients): drawing only.
 
 ``plot_gradient_norms(data, *, ax=None, compare=None)`` draws, for each layer block the files hold, the norm of the
-gradient that reached its outputs in the latest backward pass (``render/backward_frame.gradient_norms`` computes
-it), on a log scale; ``compare`` draws a second trace's beside it.
+gradient that reached its outputs in the latest backward pass (``render/gradient_layers.layer_gradients`` computes
+it, the layer blocks pruned from the files included), on a log scale; ``compare`` draws a second trace's beside it.
 """
 
 from __future__ import annotations
@@ -13,21 +13,24 @@ from typing import TYPE_CHECKING, Any
 from ..core.load import load_trace
 from ..core.paths import layer_number
 from .backward_frame import gradient_norms
+from .gradient_layers import layer_gradients
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.axes import Axes
 
 
-def _backward(data: Any) -> Any:
+def _norms(data: Any, which: str) -> list[tuple[float, float]]:
+    """(layer, norm) of ``data``: a trace's layers from ``layer_gradients`` (blocks pruned from the files too, from
+    the norms its backward file keeps), a bare ``Backward``'s from the layer blocks its tree holds."""
     from ..core.gradients import Backward
 
     if isinstance(data, Backward):
-        return data
+        return [(float(layer_number(path) or 0), norm) for path, norm in gradient_norms(data, which)]
     trace = load_trace(data)
-    found = trace.backward
-    if found is None:
+    if trace.backward is None:
         raise ValueError(f"{trace.model_name} has no backward pass recorded (trace it with backward=True)")
-    return found
+    kind = "arrived" if which == "outputs" else "sent"
+    return [(g.x, getattr(g, kind)) for g in layer_gradients(trace) if getattr(g, kind) is not None]
 
 
 def plot_gradient_norms(
@@ -47,9 +50,8 @@ def plot_gradient_norms(
         ax = plt.gca()
     sides = [(data, label or "a")] + ([(compare, compare_label or "b")] if compare is not None else [])
     for (source, name), marker in zip(sides, ("o", "s")):
-        norms = gradient_norms(_backward(source), which)
-        xs = [layer_number(path) for path, _ in norms]
-        ax.plot(xs, [n for _, n in norms], marker=marker, label=name if compare is not None else None)
+        norms = _norms(source, which)
+        ax.plot([x for x, _ in norms], [n for _, n in norms], marker=marker, label=name if compare is not None else None)
     ax.set_yscale("log")
     ax.set_xlabel("layer")
     ax.set_ylabel(f"‖gradient‖ at the layer's {which}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .backward_frame import gradient_norms
+from .gradient_layers import layer_gradients
 from .vocabulary import format_number
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -52,10 +52,10 @@ def trace_backward_lines(trace: Trace) -> list[str]:
     twin = "recorded" if backward.twin is not None else (backward.twin_skipped or "not recorded")
     lines = [f"backward: {len(backward)} pass(es) recorded (float64 twin's backward: {twin}); "
              f"{len(backward.parameters)} parameter gradient(s) in the latest"]
-    norms = gradient_norms(backward)
-    if norms:
+    layers = [g for g in layer_gradients(trace) if g.layer is not None and g.arrived is not None]
+    if layers:  # layer blocks pruned from the files too: the backward file keeps their norms
         lines.append("  gradient norm at each layer's outputs: " + ", ".join(
-            f"{path.rsplit('.', 1)[-1]}: {format_number(norm)}" for path, norm in norms))
+            f"{g.layer}: {format_number(g.arrived)}" for g in layers))
     return lines
 
 
