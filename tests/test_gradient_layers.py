@@ -136,3 +136,51 @@ def test_a_comparison_s_plot_marks_the_layer_its_backward_verdict_names(tmp_path
     assert {s["side"] for s in plot["series"]} == {"a", "b"}
     same = TraceView(nbtrace.compare(reference, reference))
     assert json.loads(same.gradients)["verdict"]["state"] == "agree"
+
+
+class _Blow(torch.autograd.Function):
+    """The identity, whose backward sends on an infinite gradient (an exploding gradient, at its extreme)."""
+
+    @staticmethod
+    def forward(ctx, x):  # type: ignore[override]
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):  # type: ignore[override]
+        return grad * math.inf
+
+
+class _Block(nn.Module):
+    def __init__(self, blow: bool) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+        self.blow = blow
+
+    def forward(self, x):
+        y = x + self.lin(x)
+        return _Blow.apply(y) if self.blow else y
+
+
+class _Stack(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(_Block(i == 1) for i in range(3))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+@pytest.mark.parametrize("prune", [True, False])
+def test_a_gradient_that_overflows_is_marked_where_it_does(tmp_path, prune):
+    torch.manual_seed(0)
+    model = _Stack()
+    with nbtrace.trace(model, tmp_path, backward=True, measure_rounding=False, do_prune_layers=prune) as rec:
+        model(torch.randn(2, 8, requires_grad=True)).pow(2).sum().backward()
+    layers = layer_gradients(rec.trace)
+    assert [(g.layer, g.nonfinite) for g in layers] == [(0, ("arrived", "sent")), (1, ("sent",)), (2, ())]
+    assert layers[1].arrived is not None and layers[1].sent is None and (layers[1].node is None) == prune
+    plot = json.loads(TraceView(rec.trace).gradients)
+    marked = {(s["kind"], x) for s in plot["series"] for x, *_ in s["nonfinite"]}
+    assert marked == {("arrived", 0), ("sent", 0), ("sent", 1)}

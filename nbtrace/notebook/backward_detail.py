@@ -22,6 +22,8 @@ from ..render.gradient_layers import norm_of
 from ..render.vocabulary import format_number, short_shape
 from .detail import _walk, tensor_detail
 
+#: a gradient's norm where it holds a NaN or an infinity (the tree's badge says the same)
+NONFINITE = "NaN/inf"
 #: parameters listed under one module (the rest is counted, and in the total)
 MAX_PARAMETERS = 40
 #: the side-by-side table's words (the front end spells none)
@@ -80,18 +82,25 @@ def add_b_gradients(b_trace: Trace, b_node: Node | None, detail: dict[str, Any])
         return
     backward, grads = found
     assert b_node is not None
-    sent = {SIDE_WORDS[io].format(place=place): norm_of(t) for io, place, t in grads.tensors()}
+    sent = {SIDE_WORDS[io].format(place=place): _norm(t) for io, place, t in grads.tensors()}
     for row in table["rows"]:
-        row[3:] = [_number(sent.get(row[0]))]  # b's norm where a's RMS was: the pane stays narrow
+        row[3:] = [sent.get(row[0], "–")]  # b's norm where a's RMS was: the pane stays narrow
     prefix = b_node.module_path + "."
-    params = {name[len(prefix):]: norm_of(t) for name, t in backward.last.parameters.items() if name.startswith(prefix)}
+    params = {name[len(prefix):]: _norm(t) for name, t in backward.last.parameters.items() if name.startswith(prefix)}
     for row in table["parameters"]:
-        row.append(_number(params.get(row[0])))
+        row.append(params.get(row[0], "–"))
     table["words"].update(columns=SIDE_WORDS["b_columns"], parameter_columns=SIDE_WORDS["b_parameter_columns"])
 
 
 def _number(value: float | None) -> str:
     return format_number(value, missing="–")
+
+
+def _norm(tensor: TensorValue | None) -> str:
+    """A recorded gradient's norm in words: ``NaN/inf`` where it holds one, "–" where there is none."""
+    if tensor is not None and tensor.nonfinite:
+        return NONFINITE
+    return _number(norm_of(tensor))
 
 
 def _natural(name: str) -> tuple[tuple[int, int | str], ...]:
@@ -111,7 +120,7 @@ def side_by_side(node: Node, grads: Node, grad_pass: GradPass, passes: int) -> d
             seen: TensorValue | None = forward.get(key)
             grad: TensorValue | None = backward.get(key)
             rows.append([SIDE_WORDS[io].format(place=key[1]), _number(rms_of(seen) if seen is not None else None),
-                         _number(norm_of(grad)), _number(rms_of(grad) if grad is not None else None)])
+                         _norm(grad), _number(rms_of(grad) if grad is not None else None)])
     prefix = node.module_path + "."
     order: dict[str, int] = {}
     for k, call in enumerate(node.walk()):
@@ -119,9 +128,11 @@ def side_by_side(node: Node, grads: Node, grad_pass: GradPass, passes: int) -> d
     under = sorted(((name[len(prefix):], t) for name, t in grad_pass.parameters.items() if name.startswith(prefix)),
                    key=lambda item: (order.get(f"{prefix}{item[0]}".rpartition(".")[0], len(order)), _natural(item[0])))
     norms = [norm_of(t) for _, t in under]
-    total = sum(n * n for n in norms if n is not None) ** 0.5 if any(n is not None for n in norms) else None
-    listed = [[name, short_shape(t.shape), _number(n)] for (name, t), n in zip(under[:MAX_PARAMETERS], norms)]
+    total = _number(sum(n * n for n in norms if n is not None) ** 0.5 if any(n is not None for n in norms) else None)
+    if any(t.nonfinite for _, t in under):
+        total = NONFINITE
+    listed = [[name, short_shape(t.shape), _norm(t)] for name, t in under[:MAX_PARAMETERS]]
     words = dict(SIDE_WORDS, heading=SIDE_WORDS["heading"].format(k=grad_pass.index + 1, n=passes),
-                 parameters=SIDE_WORDS["parameters"].format(count=len(under), total=_number(total)),
+                 parameters=SIDE_WORDS["parameters"].format(count=len(under), total=total),
                  more=SIDE_WORDS["more"].format(n=len(under) - len(listed)) if len(under) > len(listed) else "")
     return {"words": words, "rows": rows, "parameters": listed}

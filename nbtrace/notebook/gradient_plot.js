@@ -64,6 +64,7 @@ function panel(plot, name, onPick, onHover) {
   const series = plot.series.filter((s) => s.panel === name);
   if (!series.length) return null;
   const values = series.flatMap((s) => s.points.map((q) => q[1]));
+  if (!values.length) values.push(1); // only NaN/inf points: an axis around 1
   const xs = plot.ticks.map((t) => t[0]).concat(series.flatMap((s) => s.points.map((q) => q[0])));
   const { lo, hi, ticks } = logTicks(Math.min(...values), Math.max(...values));
   const x0 = Math.min(...xs) - 0.3; // no point on the axis
@@ -102,6 +103,17 @@ function panel(plot, name, onPick, onHover) {
     const cls = `nbt-gp-${s.kind} nbt-gp-side-${s.side}`;
     for (const run of segments(s.points)) {
       chart.append(svg("polyline", { points: run.map((q) => `${X(q[0])},${Y(q[1])}`).join(" "), class: `nbt-gp-line ${cls}` }));
+    }
+    for (const [x, row, path, tip] of s.nonfinite || []) { // a gradient that holds a NaN or inf: at the top edge
+      const y = GP.top + 4;
+      const mark = svg("path", { d: `M${X(x) - 5},${y - 4} L${X(x) + 5},${y - 4} L${X(x)},${y + 5} Z`,
+        class: `nbt-gp-nan nbt-gp-${s.kind} nbt-gp-side-${s.side}`, "data-row": row, "data-path": path, "data-kind": s.kind,
+        "data-side": s.side });
+      mark.append(svg("title", {}, tip));
+      mark.addEventListener("click", () => { if (row >= 0) onPick(row); });
+      mark.addEventListener("mouseenter", () => onHover(tip));
+      mark.addEventListener("mouseleave", () => onHover(""));
+      chart.append(mark);
     }
     for (const [x, y, row, path, tip] of s.points) {
       const dot = svg("circle", { cx: X(x), cy: Y(y), r: 3.5, class: `nbt-gp-pt ${cls}`, "data-row": row, "data-path": path,
@@ -208,7 +220,7 @@ function mountGradientPlot(host, model, select) {
   readout.className = "nbt-gp-readout";
   const mark = () => {
     const row = model.get("selected_row");
-    for (const dot of host.querySelectorAll(".nbt-gp-pt")) dot.classList.toggle("nbt-gp-on", row >= 0 && Number(dot.dataset.row) === row);
+    for (const dot of host.querySelectorAll(".nbt-gp-pt, .nbt-gp-nan")) dot.classList.toggle("nbt-gp-on", row >= 0 && Number(dot.dataset.row) === row);
   };
   const draw = () => {
     const raw = model.get("gradients") || "";

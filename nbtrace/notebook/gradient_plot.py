@@ -35,6 +35,7 @@ GRADIENT_WORDS = {
     "input_rms": "entering it",
     "no_row": "(no counterpart in a)",
     "pruned": "(pruned from the files: its norms only)",
+    "nonfinite": "NaN or inf",
     "go": "go to",
 }
 #: the backward verdict's mark in a comparison's plot, by its state
@@ -66,9 +67,11 @@ def _series(layers: list[LayerGradient], side: str, rows: list[int], label: str)
             elif row < 0:
                 tip += f" {GRADIENT_WORDS['no_row']}"
             points.append([layer.x, value, row, layer.path, tip])
-        if points:
+        bad = [[layer.x, row, layer.path, f"{label}{without_root(layer.path) or layer.path} · {GRADIENT_WORDS[kind]}: "
+                f"{GRADIENT_WORDS['nonfinite']}"] for layer, row in zip(layers, rows) if kind in layer.nonfinite]
+        if points or bad:
             out.append({"panel": panel, "kind": kind, "side": side,
-                        "name": f"{label}{GRADIENT_WORDS[kind]}", "points": points})
+                        "name": f"{label}{GRADIENT_WORDS[kind]}", "points": points, "nonfinite": bad})
     return out
 
 

@@ -42,6 +42,8 @@ class LayerGradient:
     sent: float | None  #: ‖gradient it sent to its (first) input‖
     parameters: float | None  #: ‖every parameter gradient under it‖ (None when it holds no parameter)
     input_rms: float | None  #: RMS of its (first) input in the forward (the hidden state entering the layer)
+    #: which of ``arrived`` and ``sent`` were recorded but hold a NaN or an infinity (their norm is then None)
+    nonfinite: tuple[str, ...] = ()
 
     @property
     def gain(self) -> float | None:
@@ -109,10 +111,12 @@ def layer_gradients(trace: Trace, grad_pass: int = -1) -> list[LayerGradient]:
             end = max(end, x)
         else:
             x = float(position)
+        arrived, sent = _first_tensor(grad.outputs), _first_tensor(grad.inputs)
         found.append(LayerGradient(
             path=node.module_path, node=node, x=x, layer=number, stack=stack,
-            arrived=norm_of(_first_tensor(grad.outputs)), sent=norm_of(_first_tensor(grad.inputs)),
-            parameters=_parameters_norm(chosen, node.module_path), input_rms=_rms(node)))
+            arrived=norm_of(arrived), sent=norm_of(sent),
+            parameters=_parameters_norm(chosen, node.module_path), input_rms=_rms(node),
+            nonfinite=tuple(kind for kind, t in (("arrived", arrived), ("sent", sent)) if t is not None and t.nonfinite)))
     if layered and chosen.norms:
         found = sorted(found + _pruned(chosen, offsets), key=lambda g: g.x)
     return found
@@ -130,7 +134,9 @@ def _pruned(grad_pass: GradPass, offsets: dict[str, float]) -> list[LayerGradien
             path=call, node=None, x=offsets[stack] + int(number), layer=int(number), stack=stack,
             arrived=arrived if isinstance(arrived, (int, float)) else None,
             sent=sent if isinstance(sent, (int, float)) else None,
-            parameters=_parameters_norm(grad_pass, call), input_rms=None))
+            parameters=_parameters_norm(grad_pass, call), input_rms=None,
+            nonfinite=tuple(kind for kind, place in (("arrived", "outputs.0"), ("sent", "inputs.0"))
+                            if place in places and places[place] is None)))
     return found
 
 

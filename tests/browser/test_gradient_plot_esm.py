@@ -195,3 +195,25 @@ def test_layers_pruned_from_the_files_are_drawn_and_not_picked(page, tmp_path):
     expect(page.locator(".nbt-gp-readout")).to_contain_text("pruned from the files")
     hidden.click()
     assert view.selected == ""
+
+
+def test_a_gradient_that_overflows_is_marked_and_selects_its_layer(page, tmp_path, artifacts):
+    from tests.test_gradient_layers import _Stack
+
+    torch.manual_seed(0)
+    model = _Stack()
+    with nbtrace.trace(model, tmp_path, backward=True, measure_rounding=False, do_prune_layers=False) as rec:
+        model(torch.randn(2, 8, requires_grad=True)).pow(2).sum().backward()
+    view = TraceView(rec.trace)
+    mount(page, view)
+    marks = page.locator(".nbt-gp-nan")
+    expect(marks).to_have_count(3)
+    mark = page.locator('.nbt-gp-nan[data-kind="sent"][data-path="_Stack.layers.1"]')
+    mark.hover()
+    expect(page.locator(".nbt-gp-readout")).to_contain_text("layers.1 · sent to its input: NaN or inf")
+    mark.click()
+    assert view.selected == "_Stack.layers.1"
+    expect(mark).to_have_class(re.compile(r"\bnbt-gp-on\b"))
+    sent = page.locator(".nbt-detail .nbt-d-backward .nbt-fb-row").nth(1)
+    expect(sent).to_contain_text("NaN/inf")  # what layer 1 sent on, in the pane too
+    page.screenshot(path=str(artifacts / "esm_gradient_plot_nonfinite.png"), full_page=True)
