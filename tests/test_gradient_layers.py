@@ -184,3 +184,16 @@ def test_a_gradient_that_overflows_is_marked_where_it_does(tmp_path, prune):
     plot = json.loads(TraceView(rec.trace).gradients)
     marked = {(s["kind"], x) for s in plot["series"] for x, *_ in s["nonfinite"]}
     assert marked == {("arrived", 0), ("sent", 0), ("sent", 1)}
+
+
+def test_an_encoder_and_a_decoder_are_two_stacks_with_a_hole_between(tmp_path):
+    from tests.models import encdec
+
+    model = encdec.build(0)
+    with nbtrace.trace(model, tmp_path, backward=True, measure_rounding=False, do_prune_layers=False) as rec:
+        model(*encdec.inputs(0)).float().pow(2).mean().backward()
+    layers = layer_gradients(rec.trace)
+    assert [(g.stack.split(".", 1)[1], g.layer, g.x) for g in layers] == [
+        ("encoder.layers", 0, 0), ("encoder.layers", 1, 1), ("decoder.layers", 0, 3), ("decoder.layers", 1, 4)]
+    stacks = json.loads(TraceView(rec.trace).gradients)["stacks"]
+    assert stacks == [[0, 1, "encoder.layers"], [3, 4, "decoder.layers"]]

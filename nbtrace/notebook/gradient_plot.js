@@ -19,12 +19,12 @@ function nice(v, up) {
 }
 
 /** A log axis around [lo, hi] (a little wider, so no point sits on its edge): its ends, 1-2-5 numbers, and the
- * ticks between (1, 2, 5 times each power of ten within three decades, else the powers of ten). */
+ * ticks between (1, 2, 5 times each power of ten within two decades, else the powers of ten). */
 export function logTicks(lo, hi) {
   const a = nice(lo / 1.25, false);
   const b = Math.max(nice(hi * 1.25, true), nice(a * 1.01, true));
   const ticks = [];
-  const dense = Math.log10(b / a) <= 3;
+  const dense = Math.log10(b / a) <= 2;
   const step = Math.max(1, Math.ceil(Math.log10(b / a) / 6));
   for (let e = Math.floor(Math.log10(a)); e <= Math.ceil(Math.log10(b)); e += dense ? 1 : step) {
     for (const m of dense ? [1, 2, 5] : [1]) {

@@ -6,7 +6,7 @@ forward order: the norm of the gradient that reached its outputs in a backward p
 it sent on to its inputs (``sent``: a layer with a residual sends on about what it got; one whose residual is cut by
 a ``detach()`` sends much less, the vanishing drop), the norm of every parameter gradient under it, and the RMS of
 the hidden state entering it in the forward. ``x`` places the layer on one axis: its layer number, the stacks of a
-model with several (an encoder's, a decoder's) one after the other. A layer block pruning left out of the files
+model with several (an encoder's, a decoder's) one after the other, one step apart (no line joins two stacks). A layer block pruning left out of the files
 comes from the norms the backward file keeps of it (``GradPass.norms``; ``node`` None, no forward numbers). A model with no layer stack gets its leaf calls that own parameters, in call order (``x``
 their position).
 """
@@ -105,8 +105,8 @@ def layer_gradients(trace: Trace, grad_pass: int = -1) -> list[LayerGradient]:
         number = layer_number(node.module_path) if layered else None
         stack = _stack_of(node.module_path) if layered else ""
         if layered:
-            if stack not in offsets:  # a new stack begins one step after the last one's end
-                offsets[stack] = end + (1 if offsets else 0)
+            if stack not in offsets:  # a new stack begins two steps after the last one's end: a hole between
+                offsets[stack] = end + (2 if offsets else 0)
             x = offsets[stack] + (number or 0)
             end = max(end, x)
         else:
