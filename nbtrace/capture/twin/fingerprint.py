@@ -24,6 +24,9 @@ one tensor compare.
 
 from __future__ import annotations
 
+import weakref
+from typing import Any
+
 import torch
 
 from .. import transfer
@@ -55,6 +58,26 @@ def valid_elements(x: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor 
     return (valid if valid.device == x.device else valid.to(x.device)).reshape(shape)
 
 
+_ONES: list[tuple[Any, int, bool]] = []
+
+
+def _all_ones(valid: torch.Tensor) -> bool:
+    """Whether the padding mask ``valid`` (in host memory) is all ones: read once per mask object and version (every
+    call of a forward is fingerprinted against the same mask)."""
+    try:
+        version = valid._version
+    except RuntimeError:  # an inference-mode tensor keeps no version: read every time
+        return bool(valid.all())
+    if _ONES and _ONES[0][0]() is valid and _ONES[0][1] == version:
+        return _ONES[0][2]
+    found = bool(valid.all())
+    try:
+        _ONES[:] = [(weakref.ref(valid), version, found)]
+    except TypeError:  # pragma: no cover  (a tensor that takes no weak reference)
+        _ONES.clear()
+    return found
+
+
 def fingerprint(x: torch.Tensor, valid: torch.Tensor | None = None, layout: bool = True) -> torch.Tensor:
     """The fingerprint's ``WIDTH`` numbers of a floating tensor ``x`` (see the module docstring), on its device.
 
@@ -79,7 +102,7 @@ def fingerprint(x: torch.Tensor, valid: torch.Tensor | None = None, layout: bool
         keep = valid_elements(x, valid)
         width = WIDTH if not layout or axis_shape(tuple(x.shape)) is None else WIDTH + AXIS_SUMS
         if n and transfer.host_readable(x) and x.min().item() > -SENTINEL:  # a NaN's minimum is NaN
-            if keep is not None and bool(keep.all()):  # a mask of all ones leaves nothing out
+            if keep is not None and _all_ones(valid):  # a mask of all ones leaves nothing out
                 keep = None
             if keep is None:
                 values, out = x.reshape(-1), _numbers(n, width, x.device)

@@ -28,7 +28,6 @@ a float64 twin. Nothing of the user's model, inputs, flags or random state chang
 from __future__ import annotations
 
 import functools
-import gc
 import json
 import weakref
 import zlib
@@ -45,6 +44,7 @@ from .state import CarriedState
 from .noise import noise as _noise, scale_by_noise as _scale_by_noise
 from .stream import Streamed, is_streamed
 from .fingerprint import fingerprint
+from .gc_pause import collector_paused
 from .numerics import float64_twin
 from .padding import padding_candidates
 from .ranks import RankTwin
@@ -144,13 +144,8 @@ def twin_runs(model: nn.Module, inputs: dict[str | None, tuple[tuple, dict[str, 
     attributes held when the forward began, in float64 (``state.py``); ``ranks``: this rank's part where several ranks
     run their twins together (``ranks.py``), every run finished on all of them; ``stream``: no whole float64 copy,
     each module's float64 weights made as it runs (``stream.py``)."""
-    paused = gc.isenabled()  # the runs make many small objects and free them as they go: the cyclic collector's
-    gc.disable()  # passes over every object of the trace so far cost more than one float64 forward on a large model
-    try:
+    with collector_paused():  # its passes over the whole trace's objects cost more than a run on a large model
         return _twin_runs(model, inputs, class_name, valid, observe, run, carried, ranks, stream)
-    finally:
-        if paused:
-            gc.enable()
 
 
 def _twin_runs(model: nn.Module, inputs: dict[str | None, tuple[tuple, dict[str, Any]]], class_name: str,

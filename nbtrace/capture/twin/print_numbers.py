@@ -19,7 +19,7 @@ def sensitivity(values: Sequence[float], perturbed: Sequence[float] | None) -> f
     kept = values[KEPT]
     if kept <= 0 or perturbed[KEPT] != kept:
         return None
-    found = math.sqrt(sum((a - b) ** 2 for a, b in zip(values[:SUMS], perturbed[:SUMS])) / kept)
+    found = math.sqrt(sum([(a - b) ** 2 for a, b in zip(values[:SUMS], perturbed[:SUMS])]) / kept)
     return float(f"{found:.6g}") if math.isfinite(found) else None
 
 
@@ -29,12 +29,12 @@ def accumulated(twin: Sequence[float], run: Sequence[float] | None) -> tuple[flo
     twin's."""
     if run is None:
         return None, None, 0
-    finite = all(math.isfinite(v) for v in run[:LEFT_OUT])
+    finite = all(map(math.isfinite, run[:LEFT_OUT]))
     run_out = int(run[LEFT_OUT]) if finite else max(int(run[LEFT_OUT]), 1)
     extra = max(run_out - int(twin[LEFT_OUT]), 0)
     if not finite or run[KEPT] != twin[KEPT] or twin[KEPT] <= 0:
         return None, None, extra
-    delta = sum((a - b) ** 2 for a, b in zip(run[:SUMS], twin[:SUMS]))
+    delta = sum([(a - b) ** 2 for a, b in zip(run[:SUMS], twin[:SUMS])])
     size = math.sqrt(run[SUMSQ] / run[KEPT])
     return float(f"{math.sqrt(delta / twin[KEPT]):.6g}"), float(f"{size:.9g}"), extra
 
@@ -44,14 +44,14 @@ def twin_entry(shape: Sequence[int], values: Sequence[float], s64: float | None,
     """The sidecar's entry of one float tensor of the twin (``core/twin.py``'s ``TwinPrint.to_dict``); ``bf16``:
     the fingerprint of the same tensor in the twin run with the model rounded to bfloat16 (``forward.ROUNDED``)."""
     kept = int(values[KEPT])
-    finite = all(math.isfinite(v) for v in values[:LEFT_OUT])  # a +inf: the sums cannot be used
+    finite = all(map(math.isfinite, values[:LEFT_OUT]))  # a +inf: the sums cannot be used
     rms = math.sqrt(values[SUMSQ] / kept) if kept and finite else 0.0
-    sums = tuple(float(v) for v in values[:SUMS]) if finite else (0.0,) * SUMS
+    sums = tuple(map(float, values[:SUMS])) if finite else (0.0,) * SUMS
     left_out = int(values[LEFT_OUT]) if finite else max(int(values[LEFT_OUT]), 1)
     acc, run_rms, run_out = accumulated(values, run)
     rounded = None
-    if bf16 is not None and int(bf16[KEPT]) == kept and all(math.isfinite(v) for v in bf16[:SUMS]):
-        rounded = tuple(float(v) for v in bf16[:SUMS])
+    if bf16 is not None and int(bf16[KEPT]) == kept and all(map(math.isfinite, bf16[:SUMS])):
+        rounded = tuple(map(float, bf16[:SUMS]))
     layout = _layout(values) if finite else None
     layout_rounded = _layout(bf16) if rounded is not None else None
     return TwinPrint(tuple(shape), sums, kept, rms, left_out, s64, sconst, low, acc, run_out, run_rms,
@@ -62,9 +62,9 @@ def _layout(values: Sequence[float]) -> tuple[float, ...] | None:
     """The layout sums that follow a fingerprint's ``WIDTH`` numbers (``signs.axis_signs``), or None: none taken, or
     not finite."""
     found = values[WIDTH:WIDTH + AXIS_SUMS]
-    if len(found) != AXIS_SUMS or not all(math.isfinite(v) for v in found):
+    if len(found) != AXIS_SUMS or not all(map(math.isfinite, found)):
         return None
-    return tuple(float(v) for v in found)
+    return tuple(map(float, found))
 
 
 #: call name -> place -> a fingerprint's numbers (what each capture has on the host once its forward is done)

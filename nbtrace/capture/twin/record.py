@@ -28,6 +28,7 @@ from ..rounding_numbers import float_leaves
 from ..transfer import to_host_many
 from .fingerprint import fingerprint
 from .forward import ROUNDED, Padding, constants_digest, digest_text, find_valid, rounded_inputs, twin_runs
+from .gc_pause import collector_paused
 from .print_numbers import fill_calls, padding_text
 from .ranks import RankTwin, decide_together
 from .state import CarriedState
@@ -214,7 +215,8 @@ class TwinRecorder:
                   for key, slots in numbers.slots.items()}
         perturbed = {kind: _on_host(calls) for kind, calls in numbers.perturbed.items()}
         written = [key for key, _ in named_calls(root)]
-        fill_calls(section, written, prints, perturbed, _on_host(numbers.run), numbers.low, numbers.events)
+        with collector_paused():  # tens of thousands of entries made and kept
+            fill_calls(section, written, prints, perturbed, _on_host(numbers.run), numbers.low, numbers.events)
         return section
 
 

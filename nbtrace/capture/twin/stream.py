@@ -57,11 +57,17 @@ class _Source:
     device: torch.device | str | None  # where its module runs (an offloaded one's), else None: the value's own
     weight: bool  # in the ``state_dict``: a rounded run rounds it
 
+    def __post_init__(self) -> None:
+        self.start = zlib.crc32(self.name.encode())  # where its noise starts (``noise.scale_by_noise``)
+
 
 class Streamed:
     """The float64 parameters of a streamed copy (see the module docstring), made per module and per run."""
 
     def __init__(self, live: nn.Module, wide: nn.Module) -> None:
+        from .forward import ROUNDED
+
+        self.rounded = ROUNDED
         offloaded = offloaded_values(live)
         state = {id(t) for t in live.state_dict(keep_vars=True).values() if isinstance(t, torch.Tensor)}
         first: dict[int, str] = {}
@@ -92,18 +98,16 @@ class Streamed:
 
     def make(self, source: _Source) -> torch.Tensor:
         """The float64 values of ``source``'s parameter for the run under way."""
-        from .forward import ROUNDED
-
-        with torch._C.DisableTorchFunction(), torch.no_grad():
+        with torch._C.DisableTorchFunction():  # detached: nothing of this is recorded for autograd
             value = source.value.detach()
-            if self.kind in ROUNDED and source.weight:
+            if self.kind in self.rounded and source.weight:
                 value = value.to(getattr(torch, self.kind))
             device = torch.device(source.device) if source.device is not None else value.device
             free = self.pool.get((tuple(value.shape), device))
             wide = free.pop() if free else torch.empty(value.shape, dtype=torch.float64, device=device)
             wide.copy_(value)  # widened exactly, and moved where the module runs
             if self.kind in ("float64", "constants"):
-                scale_by_noise(wide, zlib.crc32(source.name.encode()))
+                scale_by_noise(wide, source.start)
         return wide
 
     def release(self, wide: torch.Tensor) -> None:
