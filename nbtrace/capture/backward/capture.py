@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from ...core.paths import is_layer_block_call
 from ..call_facts import any_autocast, autocast_state
+from ..twin.ranks import several_ranks
 from .calls import CallGrads, alias_inputs, detached, hook_all, output_slots
 from .files import PassWriter, move_backward_files
-from ...core.paths import is_layer_block_call
-from ..twin.ranks import several_ranks
 from .twin import random_state, twin_backward
 
 if TYPE_CHECKING:  # pragma: no cover
