@@ -25,6 +25,7 @@ from torch import nn
 from ...core.twin import SUMS, TWIN_VERSION
 from ..recorded import named_calls
 from ..rounding_numbers import float_leaves
+from .. import transfer
 from ..transfer import to_host_many
 from .fingerprint import fingerprint
 from .forward import ROUNDED, Padding, constants_digest, digest_text, find_valid, rounded_inputs, twin_runs
@@ -185,12 +186,10 @@ class TwinRecorder:
         numbers.low, numbers.events = twin.low, twin.events
         for key, places in twin.calls.items():
             numbers.shapes[key] = {place: shape for place, (shape, _) in places.items()}
-            numbers.slots[key] = {place: batch.add(values) for place, (_, values) in places.items()}
+        numbers.slots = _add_run(batch, twin)
         for kind, (run, _) in runs.items():
-            if kind is None:
-                continue
-            numbers.perturbed[kind] = {key: {place: batch.add(values) for place, (_, values) in places.items()}
-                                       for key, places in run.calls.items()}
+            if kind is not None:
+                numbers.perturbed[kind] = _add_run(batch, run)
         if self._constants and "float64" in numbers.perturbed and "constants" not in numbers.perturbed:
             numbers.perturbed["constants"] = numbers.perturbed["float64"]  # one run moved both: s64 and sconst
         return numbers
@@ -218,6 +217,26 @@ class TwinRecorder:
         with collector_paused():  # tens of thousands of entries made and kept
             fill_calls(section, written, prints, perturbed, _on_host(numbers.run), numbers.low, numbers.events)
         return section
+
+
+def _add_run(batch: HostBatch, run: Any) -> dict[str, dict[str, Slot]]:
+    """Call -> place -> the slot of each fingerprint of one twin run (``forward.TwinRun``). In host memory they are
+    read in one go (one ``tolist`` of them all, as ``HostBatch.add`` reads each: tens of thousands of calls on a large
+    model), else each joins the batch's one transfer."""
+    pieces = [values for places in run.calls.values() for _, values in places.values()]
+    if not pieces or not all(p.dtype == torch.float64 and p.dim() == 1 and transfer.host_readable(p) for p in pieces):
+        return {key: {place: batch.add(values) for place, (_, values) in places.items()}
+                for key, places in run.calls.items()}
+    read = torch.cat(pieces).tolist()
+    found: dict[str, dict[str, Slot]] = {}
+    start = 0
+    for key, places in run.calls.items():
+        found[key] = {}
+        for place, (_, values) in places.items():
+            length = values.numel()
+            found[key][place] = transfer.Slot(None, 0, length, read[start:start + length])
+            start += length
+    return found
 
 
 def _stores_wider(model: nn.Module, dtype: torch.dtype) -> bool:
