@@ -312,9 +312,9 @@ def _perturb(live: nn.Module, wide: nn.Module, kind: str, seen_through: dict[int
             for name, tensor in _stored(wide):
                 _scale_by_noise(tensor, zlib.crc32(name.encode()))
         for name, tensor, dtype in constants:  # a table computed in its dtype errs by its values' scale, near its
-            unit = _UNIT.get(dtype, 2.0**-53)  # zeros too (sin, cos)
+            unit = _UNIT.get(dtype, 2.0**-53)  # zeros too (sin, cos); a zero is exact (a mask's, sin(0))
             noise = _noise(tensor.numel(), zlib.crc32(name.encode()), tensor.device).view(tensor.shape)
-            tensor.add_(unit * noise * (tensor.abs() + tensor.square().mean().sqrt()))
+            tensor.add_(unit * noise * (tensor.abs() + tensor.square().mean().sqrt() * (tensor != 0)))
 
 
 def _round(live: nn.Module, wide: nn.Module, dtype: torch.dtype) -> None:
