@@ -7,7 +7,9 @@ green by skipping them. Some libraries import a package at import time that noth
 is built from code: timm imports torchvision where it is installed and a stand-in where it is not, whisper's
 transcription imports numba, gemma's modules import kauldron (for its typing annotations and an identity layer),
 litgpt's package imports lightning (its training and checkpoint utilities);
-those get stand-ins for the import only (docs: shared recipe "published libraries"). torchvision's PyPI wheels hold
+those get stand-ins for the import only (docs: shared recipe "published libraries"). flaim (Flax Image Models) names
+``jax.random.KeyArray`` in its annotations, which JAX has since dropped: it is given ``jax.Array`` under that name
+(``_BEFORE_IMPORT``). jax-resnet imports as it is. torchvision's PyPI wheels hold
 operators (nms, roi_align: detection only) built against the CUDA torch, which do not load beside the CPU torch: it
 is imported without the registration of their fake kernels then, its models all there. Installed into site-packages
 beside the CPU torch it would break transformers (which imports it when it is there), so ``.ci/run`` installs it
@@ -31,6 +33,17 @@ import pytest
 
 #: what each library's import needs that no model built from code runs
 _STAND_INS = {"timm": ("torchvision",), "whisper": ("numba",), "gemma": ("kauldron",), "litgpt": ("lightning", "lightning_utilities")}
+
+
+def _jax_key_array() -> None:
+    import jax
+
+    if not hasattr(jax.random, "KeyArray"):
+        jax.random.KeyArray = jax.Array  # flaim 0.0.5's annotations; JAX's keys are arrays now
+
+
+#: what a library's import needs done first, that no model built from code runs
+_BEFORE_IMPORT = {"flaim": _jax_key_array}
 
 
 def _placeholder(name: str) -> type:
@@ -108,6 +121,8 @@ def _import(name: str) -> types.ModuleType:
 def _import_with_stand_ins(name: str) -> types.ModuleType:
     """Import ``name`` with stand-ins for the packages it imports but never runs here, then take them away again
     (so transformers' availability checks never see them)."""
+    if name.split(".")[0] in _BEFORE_IMPORT:
+        _BEFORE_IMPORT[name.split(".")[0]]()
     roots = tuple(root for root in _STAND_INS.get(name.split(".")[0], ()) if _missing(root))
     if not roots:
         return _import(name)

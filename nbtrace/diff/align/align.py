@@ -152,12 +152,16 @@ def _equalize_pruning(a: Trace, b: Trace) -> tuple[list[Node], list[Node]]:
         return set_aside_by_twins(a, b)
     if gaps_a == gaps_b:
         return [], []
-    if gaps_a:  # a was pruned, b was not: set aside b's intermediate blocks (numbered, named: unnumbered.py, or
-        # found from the twins: twin_leaves.py)
-        return [], ([n for block in would_be_pruned(b) for n in block.walk()] or unnumbered_pruned(a, b)
-                    or set_aside_by_twins(a, b)[1])
-    return ([n for block in would_be_pruned(a) for n in block.walk()] or unnumbered_pruned(b, a)
-            or set_aside_by_twins(a, b)[0]), []
+    # One side pruned, the other not: set aside the whole side's calls that the pruned side's files lack, found from
+    # the twins (twin_leaves.py: what the pruned side's twin ran in its gaps), else by the format's rule on the whole
+    # side's numbered blocks, or its named ones (unnumbered.py). The twins first: another house's stack need not be
+    # the one pruning thinned (jax-resnet's ``layers.2…9`` blocks in a list with its stem and head, against
+    # transformers' ``stages.0…3`` of two blocks each: the rule would keep four blocks where the files kept one).
+    if gaps_a:
+        return [], (set_aside_by_twins(a, b)[1] or [n for block in would_be_pruned(b) for n in block.walk()]
+                    or unnumbered_pruned(a, b))
+    return (set_aside_by_twins(a, b)[0] or [n for block in would_be_pruned(a) for n in block.walk()]
+            or unnumbered_pruned(b, a)), []
 
 
 def _in_gaps(pairs: list[tuple[Node, Node]], nodes_a: list[Node], b: Trace) -> list[Node]:

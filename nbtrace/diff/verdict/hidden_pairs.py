@@ -11,11 +11,14 @@ weights), never on values; a leaf left over then pairs with the one leftover of
 b of exactly its kind, where it is the only one (a shortcut run before the main branch on one side, after it on
 the other); one side's last leaf left pairs with the call that holds all the other side's leaves left there, where
 they start and end alike (``nn.MultiheadAttention``, a leaf, against a port's attention and its projections).
-Calls that hand on an input unchanged (an Identity) are left out on both sides.
+Calls that hand on an input unchanged (an Identity) are left out on both sides. A call of a that holds leaves
+paired so (a conv+norm+activation wrapper in a pruned block) pairs with the one call of b that holds their
+counterparts and no other leaf's and starts and ends alike (``_holders``).
 """
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 from ...core.node import Node
@@ -68,7 +71,66 @@ def _counterparts(comparison: Comparison, twin_b: Twin) -> dict[str, str]:
             found.update(_segment(run, theirs))
             found.update(_fused(run, theirs, found, (twin_a, twin_b)))
         run, last_j = [], max(last_j, j)
+    found.update(_holders(comparison, found, leaves_a, [key for key, _ in leaves_b], by_a, (twin_a, twin_b)))
     return found
+
+
+def _holders(comparison: Comparison, found: dict[str, str], leaves_a: list[tuple[str, Kind]], leaves_b: list[str],
+             by_a: dict[str, int | None], twins: tuple[Twin, Twin]) -> dict[str, str]:
+    """a's calls the files left unpaired that hold leaves (a pruned block, a conv+norm+activation wrapper in it)
+    with the one call of b holding the counterparts of all of them and of no other leaf of a that starts from and
+    hands on tensors of the same element counts (where two such nest, neither): jax-resnet's ``ConvBlock_0`` (a
+    conv, a norm and its activation in its own code) and transformers' ``ResNetConvLayer`` (its activation a
+    module), so a difference born in the code around the leaves is named at the call that runs it, not above."""
+    partner = {key: found.get(key) or (leaves_b[j] if (j := by_a.get(key)) is not None else None)
+               for key, _ in leaves_a}
+    owner = {theirs: key for key, theirs in partner.items() if theirs}
+    matched = ({call_key(m.a.module_path, m.a.call_index) for m in comparison.matches},
+               {call_key(m.b.module_path, m.b.call_index) for m in comparison.matches})
+    parents_a, parents_b = _tree_of(comparison.a, twins[0]), _tree_of(comparison.b, twins[1])
+    under_a, under_b = _under(parents_a, [key for key, _ in leaves_a]), _under(parents_b, leaves_b)
+    holders: dict[str, str] = {}
+    for call, mine in under_a.items():
+        if call in matched[0] or call in found or not all(partner.get(key) for key in mine):
+            continue
+        wanted, ends = {partner[key] for key in mine}, _sizes(twins[0].calls.get(call, {}))
+        fits, walker = [], parents_b.get(partner[mine[0]])
+        while walker is not None and ends != (None,):
+            theirs = under_b.get(walker, [])
+            if any(owner.get(leaf) not in (None, *mine) for leaf in theirs):
+                break  # it holds another call's counterparts: so does every call above it
+            if wanted <= set(theirs) and walker not in matched[1] and _sizes(twins[1].calls.get(walker, {})) == ends:
+                fits.append(walker)
+            walker = parents_b.get(walker)
+        if len(fits) == 1:  # two that fit alike (a block and the Sequential inside it): neither is known to be it
+            holders[call] = fits[0]
+    return holders
+
+
+def _tree_of(trace: Any, twin: Twin) -> dict[str, str]:
+    """Each call's parent: by the twin's order where it kept one (a pruned trace), else the trace's tree."""
+    if twin.events:
+        return _parents(twin)
+    return {call_key(n.module_path, n.call_index): call_key(n.parent.module_path, n.parent.call_index)
+            for n in trace.nodes() if n.parent is not None}
+
+
+def _under(parents: dict[str, str], leaves: list[str]) -> dict[str, list[str]]:
+    """Each call that holds some of ``leaves``: those leaves, in order."""
+    found: dict[str, list[str]] = {}
+    for leaf in leaves:
+        walker = parents.get(leaf)
+        while walker is not None:
+            found.setdefault(walker, []).append(leaf)
+            walker = parents.get(walker)
+    return found
+
+
+def _sizes(prints: dict[str, Any]) -> tuple[Any, ...]:
+    """The element counts of a call's first input and first output (one house holds ``[N, H, W, C]``, the other
+    ``[N, C, H, W]``)."""
+    ends = _ends(prints)
+    return ends if ends == (None,) else tuple(math.prod(shape) for shape in ends)
 
 
 def _segment(mine: list[tuple[str, Kind]], theirs: list[tuple[str, Kind]]) -> dict[str, str]:

@@ -268,11 +268,14 @@ def _events(comparison: Comparison, walk: list, twin_a: Twin, twin_b: Twin, allo
         event = TwinEvent(call, io, pairs(mine, theirs, io, allowance, ignore, given), exact)
         if io == "output" and not call.children:
             found = weights.get(call.module_path, [])
-            if event.pairs and all(p.evidence is not None and p.score < 1.0 for p in event.pairs):
+            agreed = bool(event.pairs) and all(p.evidence is not None and p.score < 1.0 for p in event.pairs)
+            if agreed:
                 # its float64 outputs agree: a square matrix held transposed is the other layout of the same
                 # product (a Flax kernel against nn.Linear's weight, in a layer block pruning kept out of the files)
                 found = [same_product(w) if w.kind == "transposed" else w for w in found]
-            event.weights = [weight_evidence(w) for w in found if w.serious]
+            # and no finding of its weights is evidence of a difference its float64 function does not show (a
+            # weight's structure is evidence only where values agree with it)
+            event.weights = [] if agreed else [weight_evidence(w) for w in found if w.serious]
         if event.pairs or event.exact or event.weights:
             events.append(event)
     return events

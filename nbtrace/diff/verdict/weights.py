@@ -211,7 +211,10 @@ def classify(a: dict[str, Any], b: dict[str, Any]) -> tuple[str, str, float | No
 def _shape_of_difference(a: dict, b: dict, xs: list[float], ys: list[float], rel: float):
     """Transposed, bit-level, scaled, rows/columns, rounded — the first that explains the difference."""
     mirrored = floats(a.get("mirrored_samples"))
-    if mirrored and len(mirrored) == len(ys) and rel > 1e-3 and _rms_diff(mirrored, ys, scale=xs) < 1e-5:
+    narrower = max((a.get("dtype"), b.get("dtype")), key=lambda d: UNIT_ROUNDOFF.get(d, 0.0))
+    if mirrored and len(mirrored) == len(ys) and rel > 1e-3 and (_rms_diff(mirrored, ys, scale=xs) < 1e-5 or a.get(
+            "dtype") != b.get("dtype") and _within_rounding(mirrored, ys, narrower)):  # (a Flax kernel in float32
+        # against the bfloat16 port's weight: a's values rounded, at the mirrored positions)
         return "transposed", "stored transposed (b's values sit at a's mirrored positions)", rel, True
     if rel < _SAME and _blocks_ratio_spread(a, b, "row_blocks") < _SAME:
         return "bits", f"differs below 1e-6 relative (bit-level; checksum {b.get('checksum')})", rel, False
