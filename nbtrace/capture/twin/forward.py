@@ -38,13 +38,13 @@ from typing import Any
 import torch
 from torch import nn
 
+from ...core.collector import collector_paused
 from .copies import copy_in, non_state_constants, unrounded_buffers
 from .offload import offloaded_values
 from .state import CarriedState
 from .noise import noise as _noise, scale_by_noise as _scale_by_noise
 from .stream import Streamed, is_streamed
 from .fingerprint import fingerprint
-from .gc_pause import collector_paused
 from .numerics import float64_twin
 from .padding import padding_candidates
 from .ranks import RankTwin

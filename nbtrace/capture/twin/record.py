@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from ...core.collector import collector_paused
 from ...core.twin import SUMS, TWIN_VERSION
 from ..recorded import named_calls
 from ..rounding_numbers import float_leaves
@@ -29,7 +30,6 @@ from .. import transfer
 from ..transfer import to_host_many
 from .fingerprint import fingerprint
 from .forward import ROUNDED, Padding, constants_digest, digest_text, find_valid, rounded_inputs, twin_runs
-from .gc_pause import collector_paused
 from .print_numbers import fill_calls, padding_text
 from .ranks import RankTwin, decide_together
 from .state import CarriedState
