@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from tests.library_support import require_library
+from tests.models.library_weights import draw_batch_norms
 
 LABELS = 10
 ROOT = "ResNet"
@@ -40,13 +41,7 @@ def original(seed: int, dtype: torch.dtype = torch.float32, depth: int = 18) -> 
     timm = require_library("timm")
     torch.manual_seed(seed)
     model = timm.create_model(f"resnet{depth}", pretrained=False, num_classes=LABELS)
-    with torch.no_grad():
-        for module in model.modules():
-            if isinstance(module, nn.BatchNorm2d):
-                module.weight.uniform_(0.5, 1.5)
-                module.bias.normal_(0.0, 0.1)
-                module.running_mean.normal_(0.0, 0.1)
-                module.running_var.uniform_(0.5, 1.5)
+    draw_batch_norms(model)
     return model.eval().to(dtype)
 
 

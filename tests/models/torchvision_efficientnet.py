@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from tests.library_support import require_library
+from tests.models.library_weights import draw_batch_norms, load_in_order
 
 LABELS = 10
 IMAGE = 64
@@ -45,15 +46,7 @@ def original(seed: int, dtype: torch.dtype = torch.float32) -> nn.Module:
 
     torch.manual_seed(seed)
     model = efficientnet_b0(num_classes=LABELS)
-    with torch.no_grad():
-        for module in model.modules():
-            if isinstance(module, nn.BatchNorm2d):
-                module.weight.uniform_(0.5, 1.5)
-                module.bias.normal_(0.0, 0.1)
-                module.running_mean.normal_(0.0, 0.1)
-                module.running_var.uniform_(0.5, 1.5)
-            elif isinstance(module, nn.Conv2d) and module.bias is not None:
-                module.bias.normal_(0.0, 0.1)
+    draw_batch_norms(model, biased=(nn.Conv2d,))
     return model.eval().to(dtype)
 
 
@@ -67,14 +60,7 @@ def port(reference: nn.Module, bug: str | None = None) -> nn.Module:
     planted."""
     timm = require_library("timm")
     model = timm.create_model("efficientnet_b0", pretrained=False, num_classes=LABELS)
-    theirs = [(k, v) for k, v in reference.state_dict().items() if not k.endswith("num_batches_tracked")]
-    mine = [k for k in model.state_dict() if not k.endswith("num_batches_tracked")]
-    assert len(theirs) == len(mine)
-    converted = {}
-    for name, (their_name, value) in zip(mine, theirs):
-        assert model.state_dict()[name].shape == value.shape, (name, their_name)
-        converted[name] = value
-    model.load_state_dict(converted, strict=False)
+    load_in_order(model, reference)
     model = model.eval().to(next(reference.parameters()).dtype)
     _plant(model, bug)
     return model

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from tests.library_support import require_library
+from tests.models.library_weights import draw_batch_norms, load_in_order
 
 LABELS = 10
 IMAGE = 64
@@ -42,15 +43,7 @@ def original(seed: int, dtype: torch.dtype = torch.float32) -> nn.Module:
 
     torch.manual_seed(seed)
     model = mobilenet_v3_small(num_classes=LABELS)
-    with torch.no_grad():
-        for module in model.modules():
-            if isinstance(module, nn.BatchNorm2d):
-                module.weight.uniform_(0.5, 1.5)
-                module.bias.normal_(0.0, 0.1)
-                module.running_mean.normal_(0.0, 0.1)
-                module.running_var.uniform_(0.5, 1.5)
-            elif isinstance(module, (nn.Conv2d, nn.Linear)) and module.bias is not None:
-                module.bias.normal_(0.0, 0.1)
+    draw_batch_norms(model, biased=(nn.Conv2d, nn.Linear))
     return model.eval().to(dtype)
 
 
@@ -63,14 +56,7 @@ def port(reference: nn.Module, bug: str | None = None) -> nn.Module:
     kernel), its norms' eps torchvision's, ``bug`` planted."""
     timm = require_library("timm")
     model = timm.create_model("mobilenetv3_small_100", pretrained=False, num_classes=LABELS)
-    theirs = [(k, v) for k, v in reference.state_dict().items() if not k.endswith("num_batches_tracked")]
-    mine = [(k, v) for k, v in model.state_dict().items() if not k.endswith("num_batches_tracked")]
-    assert len(theirs) == len(mine)
-    converted = {}
-    for (name, target), (their_name, value) in zip(mine, theirs):
-        assert target.numel() == value.numel(), (name, their_name)
-        converted[name] = value.reshape(target.shape)
-    model.load_state_dict(converted, strict=False)
+    load_in_order(model, reference, reshape=True)
     for module in model.modules():
         if isinstance(module, nn.BatchNorm2d):
             module.eps = 1e-3
