@@ -17,9 +17,9 @@ import torch
 from torch import nn
 
 from tests.library_support import require_library
+from tests.models import transformers_vit
+from tests.models.transformers_vit import DEPTH, HEADS, IMAGE, LABELS, PATCH, WIDTH
 
-LABELS = 10
-WIDTH, DEPTH, HEADS, PATCH, IMAGE = 48, 3, 4, 8, 32
 ROOT = "VisionTransformer"
 PORT = "ViTForImageClassification"
 
@@ -54,56 +54,16 @@ def inputs(seed: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     return torch.randn(2, 3, IMAGE, IMAGE, generator=torch.Generator().manual_seed(200 + seed)).to(dtype)
 
 
+#: the transformers port's parts, and each one's name in the original's state_dict
+NAMES = {
+    "cls": "cls_token", "pos": "pos_embed", "patch": "patch_embed.proj", "block": "blocks.{i}.",
+    "qkv_weight": "attn.qkv.weight", "qkv_bias": "attn.qkv.bias", "proj": "attn.proj", "norm1": "norm1",
+    "norm2": "norm2", "fc1": "mlp.fc1", "fc2": "mlp.fc2", "norm": "norm", "head": "head",
+}
+
+
 def port(reference: nn.Module, bug: str | None = None) -> nn.Module:
     """transformers' ViT holding ``reference``'s weights (the fused ``qkv`` split in three), ``bug`` planted."""
-    from transformers import ViTConfig, ViTForImageClassification
-
-    config = ViTConfig(hidden_size=WIDTH, num_hidden_layers=DEPTH, num_attention_heads=HEADS,
-                       intermediate_size=2 * WIDTH, image_size=IMAGE, patch_size=PATCH, num_labels=LABELS,
-                       layer_norm_eps=1e-6, hidden_act="gelu", qkv_bias=True)
-    model = ViTForImageClassification(config).to(next(reference.parameters()).dtype)
-    theirs = reference.state_dict()
-    with torch.no_grad():
-        vit = model.vit
-        vit.embeddings.cls_token.copy_(theirs["cls_token"])
-        vit.embeddings.position_embeddings.copy_(theirs["pos_embed"])
-        vit.embeddings.patch_embeddings.projection.weight.copy_(theirs["patch_embed.proj.weight"])
-        vit.embeddings.patch_embeddings.projection.bias.copy_(theirs["patch_embed.proj.bias"])
-        for i, layer in enumerate(vit.layers):
-            block = f"blocks.{i}."
-            weight, bias = theirs[block + "attn.qkv.weight"].chunk(3), theirs[block + "attn.qkv.bias"].chunk(3)
-            attention = layer.attention
-            for k, linear in enumerate((attention.q_proj, attention.k_proj, attention.v_proj)):
-                linear.weight.copy_(weight[k])
-                linear.bias.copy_(bias[k])
-            for mine, name in ((attention.o_proj, "attn.proj"), (layer.layernorm_before, "norm1"),
-                               (layer.layernorm_after, "norm2"), (layer.mlp.fc1, "mlp.fc1"),
-                               (layer.mlp.fc2, "mlp.fc2")):
-                mine.weight.copy_(theirs[block + name + ".weight"])
-                mine.bias.copy_(theirs[block + name + ".bias"])
-        vit.layernorm.weight.copy_(theirs["norm.weight"])
-        vit.layernorm.bias.copy_(theirs["norm.bias"])
-        model.classifier.weight.copy_(theirs["head.weight"])
-        model.classifier.bias.copy_(theirs["head.bias"])
-    model.eval()
-    _plant(model, bug)
+    model = transformers_vit.port(reference, NAMES)
+    transformers_vit.plant(model, bug, BUGS)
     return model
-
-
-def _plant(model: nn.Module, bug: str | None) -> None:
-    layers = model.vit.layers
-    if bug is None:
-        return
-    if bug == "norm_eps":
-        layers[1].layernorm_before.eps = 1e-2
-    elif bug == "gelu_tanh":
-        layers[2].mlp.activation_fn = nn.GELU(approximate="tanh")
-    elif bug == "value_scaled":
-        with torch.no_grad():
-            layers[0].attention.v_proj.weight.mul_(1.05)
-    elif bug == "attn_scale":
-        layers[1].attention.scaling *= 1.02
-    elif bug == "final_norm_eps":
-        model.vit.layernorm.eps = 1e-2
-    else:
-        raise ValueError(f"bug must be one of {sorted(BUGS)}, not {bug!r}")

@@ -20,9 +20,9 @@ import torch
 from torch import nn
 
 from tests.library_support import require_library
+from tests.models import transformers_vit
+from tests.models.transformers_vit import DEPTH, HEADS, IMAGE, LABELS, PATCH, WIDTH
 
-LABELS = 10
-WIDTH, DEPTH, HEADS, PATCH, IMAGE = 48, 3, 4, 8, 32
 ROOT = "VisionTransformer"
 PORT = "ViTForImageClassification"
 _LAYER = f"{ROOT}.encoder.layers.encoder_layer_"
@@ -62,59 +62,17 @@ def inputs(seed: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     return torch.randn(2, 3, IMAGE, IMAGE, generator=torch.Generator().manual_seed(300 + seed)).to(dtype)
 
 
+#: the transformers port's parts, and each one's name in the original's state_dict
+NAMES = {
+    "cls": "class_token", "pos": "encoder.pos_embedding", "patch": "conv_proj",
+    "block": "encoder.layers.encoder_layer_{i}.", "qkv_weight": "self_attention.in_proj_weight",
+    "qkv_bias": "self_attention.in_proj_bias", "proj": "self_attention.out_proj", "norm1": "ln_1", "norm2": "ln_2",
+    "fc1": "mlp.0", "fc2": "mlp.3", "norm": "encoder.ln", "head": "heads.head",
+}
+
+
 def port(reference: nn.Module, bug: str | None = None) -> nn.Module:
     """transformers' ViT holding ``reference``'s weights (the fused ``in_proj`` split in three), ``bug`` planted."""
-    from transformers import ViTConfig, ViTForImageClassification
-
-    config = ViTConfig(hidden_size=WIDTH, num_hidden_layers=DEPTH, num_attention_heads=HEADS,
-                       intermediate_size=2 * WIDTH, image_size=IMAGE, patch_size=PATCH, num_labels=LABELS,
-                       layer_norm_eps=1e-6, hidden_act="gelu", qkv_bias=True)
-    model = ViTForImageClassification(config).to(next(reference.parameters()).dtype)
-    theirs = reference.state_dict()
-    with torch.no_grad():
-        vit = model.vit
-        vit.embeddings.cls_token.copy_(theirs["class_token"])
-        vit.embeddings.position_embeddings.copy_(theirs["encoder.pos_embedding"])
-        vit.embeddings.patch_embeddings.projection.weight.copy_(theirs["conv_proj.weight"])
-        vit.embeddings.patch_embeddings.projection.bias.copy_(theirs["conv_proj.bias"])
-        for i, layer in enumerate(vit.layers):
-            block = f"encoder.layers.encoder_layer_{i}."
-            weight = theirs[block + "self_attention.in_proj_weight"].chunk(3)
-            bias = theirs[block + "self_attention.in_proj_bias"].chunk(3)
-            attention = layer.attention
-            for k, linear in enumerate((attention.q_proj, attention.k_proj, attention.v_proj)):
-                linear.weight.copy_(weight[k])
-                linear.bias.copy_(bias[k])
-            for mine, name in ((attention.o_proj, "self_attention.out_proj"), (layer.layernorm_before, "ln_1"),
-                               (layer.layernorm_after, "ln_2"), (layer.mlp.fc1, "mlp.0"), (layer.mlp.fc2, "mlp.3")):
-                mine.weight.copy_(theirs[block + name + ".weight"])
-                mine.bias.copy_(theirs[block + name + ".bias"])
-        vit.layernorm.weight.copy_(theirs["encoder.ln.weight"])
-        vit.layernorm.bias.copy_(theirs["encoder.ln.bias"])
-        model.classifier.weight.copy_(theirs["heads.head.weight"])
-        model.classifier.bias.copy_(theirs["heads.head.bias"])
-    model.eval()
-    _plant(model, bug)
+    model = transformers_vit.port(reference, NAMES)
+    transformers_vit.plant(model, bug, BUGS)
     return model
-
-
-def _plant(model: nn.Module, bug: str | None) -> None:
-    layers = model.vit.layers
-    if bug is None:
-        return
-    if bug == "norm_eps":
-        layers[1].layernorm_before.eps = 1e-2
-    elif bug == "gelu_tanh":
-        layers[2].mlp.activation_fn = nn.GELU(approximate="tanh")
-    elif bug == "value_scaled":
-        with torch.no_grad():
-            layers[0].attention.v_proj.weight.mul_(1.05)
-    elif bug == "attn_scale":
-        layers[1].attention.scaling *= 1.02
-    elif bug == "final_norm_eps":
-        model.vit.layernorm.eps = 1e-2
-    elif bug == "patch_bias":
-        with torch.no_grad():
-            model.vit.embeddings.patch_embeddings.projection.bias.zero_()
-    else:
-        raise ValueError(f"bug must be one of {sorted(BUGS)}, not {bug!r}")
