@@ -14,14 +14,13 @@ each variant's ratio to the traced forward without the option.
 from __future__ import annotations
 
 import argparse
-import random
 import shutil
-import statistics
 import tempfile
 import time
 from pathlib import Path
 
 import torch
+from interleaved import interleaved_medians  # beside this script
 
 TOKENS = 128
 OPTIONS = {"off": False, "twin": "twin", "leaves": "leaves", "True": True}
@@ -42,7 +41,6 @@ def measure(dtype: torch.dtype, rounds: int, scratch: Path) -> dict[str, float]:
     import nbtrace
 
     model, ids = build(dtype)
-    times: dict[str, list[float]] = {name: [] for name in (*OPTIONS, "plain")}
 
     def run(name: str) -> float:
         folder = scratch / name
@@ -58,14 +56,7 @@ def measure(dtype: torch.dtype, rounds: int, scratch: Path) -> dict[str, float]:
         shutil.rmtree(folder, ignore_errors=True)
         return elapsed
 
-    for name in times:  # warm-up
-        run(name)
-    for _ in range(rounds):
-        order = list(times)
-        random.shuffle(order)
-        for name in order:
-            times[name].append(run(name))
-    return {name: statistics.median(values) for name, values in times.items()}
+    return interleaved_medians(run, (*OPTIONS, "plain"), rounds)
 
 
 def main() -> None:

@@ -19,9 +19,7 @@ Rounds are interleaved (each variant once per round, shuffled); medians. ``--clo
 from __future__ import annotations
 
 import argparse
-import random
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -32,6 +30,7 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from interleaved import interleaved_medians  # noqa: E402  (beside this script)
 
 #: case -> (the goal: twin / twinless at most, default rounds)
 CASES = {"llama-float32": (2.5, 5), "llama-bfloat16": (1.5, 5), "demo-20k": (2.0, 1)}
@@ -55,7 +54,6 @@ def measure(case: str, rounds: int, layers: int, clock: Callable[[], float], scr
     import nbtrace
 
     model, call = build(case, layers)
-    times: dict[str, list[float]] = {"plain": [], "off": [], "twin": []}
 
     def run(name: str) -> float:
         folder = scratch / name
@@ -71,14 +69,7 @@ def measure(case: str, rounds: int, layers: int, clock: Callable[[], float], scr
         shutil.rmtree(folder, ignore_errors=True)
         return elapsed
 
-    for name in times:  # warm-up
-        run(name)
-    for _ in range(rounds):
-        order = list(times)
-        random.shuffle(order)
-        for name in order:
-            times[name].append(run(name))
-    return {name: statistics.median(values) for name, values in times.items()}
+    return interleaved_medians(run, ("plain", "off", "twin"), rounds)
 
 
 def row(case: str, found: dict[str, float]) -> str:
