@@ -16,6 +16,10 @@ import pytest
 DOC = Path(__file__).resolve().parents[1] / "docs" / "distributed.md"
 _BLOCK = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 _NUMBER = re.compile(r"\d\.\d+e[+-]\d+|\d+\.\d+")
+#: what a rank prints when gloo's C++ threads are torn down during interpreter exit on a loaded machine (SIGABRT
+#: after ``destroy_process_group``, every file written: torch's, not the script's; tests/rank_exit.py). The run is
+#: then made once more, and judged as any run.
+GLOO_EXIT_ABORT = "terminate called without an active exception"
 
 
 def blocks(language: str) -> list[str]:
@@ -71,6 +75,8 @@ def test_the_worked_example_runs_as_written(tmp_path):
     for line in [*clean.splitlines(), *damaged.splitlines()]:
         argv, status = command(line)
         done = run(argv, tmp_path)
+        if line.startswith("torchrun") and done.returncode != 0 and GLOO_EXIT_ABORT in done.stdout:
+            done = run(argv, tmp_path)  # gloo's teardown aborted a rank at exit (see GLOO_EXIT_ABORT): once more
         assert done.returncode == status, f"{line}\n{done.stdout}"
         if argv[1:3] == ["-m", "nbtrace"]:
             outputs.append(done.stdout)
