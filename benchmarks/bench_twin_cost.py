@@ -6,6 +6,9 @@ Three cases, each traced with ``nbtrace.trace``'s defaults but the twin (``measu
 - ``llama float32`` and ``llama bfloat16``: transformers' ``LlamaForCausalLM`` as ``bench_measure_rounding.py``
   builds it (4 layers, hidden 256, eager attention, 128 tokens), ``use_repr=False``, not pruned, under
   ``torch.no_grad()``; goals: the twin at most 2.5x the twinless trace in float32, 1.5x in bfloat16;
+- ``llama float32 from bfloat16``: the float32 Llama with weights that hold bfloat16 values (a checkpoint published
+  in bfloat16, loaded in float32), where the twin makes no bfloat16-rounded run (``capture/twin/exact.py``); goal as
+  float32;
 - ``demo 20k calls``: the demo model (``nbtrace.demo``, hidden 64, 16 tokens) with 1,540 layers, 20,025 calls per
   forward, the same options; goal: at most 2x its twinless trace.
 
@@ -33,7 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from interleaved import interleaved_medians  # noqa: E402  (beside this script)
 
 #: case -> (the goal: twin / twinless at most, default rounds)
-CASES = {"llama-float32": (2.5, 5), "llama-bfloat16": (1.5, 5), "demo-20k": (2.0, 1)}
+CASES = {"llama-float32": (2.5, 5), "llama-bfloat16": (1.5, 5), "llama-float32-from-bfloat16": (2.5, 5),
+         "demo-20k": (2.0, 1)}
 
 
 def build(case: str, layers: int) -> tuple[torch.nn.Module, Callable[[torch.nn.Module], Any]]:
@@ -42,6 +46,10 @@ def build(case: str, layers: int) -> tuple[torch.nn.Module, Callable[[torch.nn.M
         from bench_measure_rounding import build as build_llama
 
         model, ids = build_llama(getattr(torch, case.split("-")[1]))
+        if case.endswith("from-bfloat16"):  # a checkpoint published in bfloat16, loaded in float32: no rounded run
+            with torch.no_grad():
+                for tensor in model.state_dict().values():
+                    tensor.copy_(tensor.to(torch.bfloat16).to(tensor.dtype))
         return model, lambda m: m(ids, use_cache=False)
     from nbtrace.demo import build_demo
 

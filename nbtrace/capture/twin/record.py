@@ -13,6 +13,7 @@ exception: measuring never costs the user their forward.
 
 from __future__ import annotations
 
+import copy
 import warnings
 import weakref
 from collections.abc import Callable
@@ -28,6 +29,7 @@ from ..recorded import named_calls
 from ..rounding_numbers import float_leaves
 from .. import transfer
 from ..transfer import to_host_many
+from .exact import unchanged_by_rounding, weights_and_inputs
 from .fingerprint import fingerprint
 from .forward import ROUNDED, Padding, constants_digest, digest_text, find_valid, rounded_inputs, twin_runs
 from .print_numbers import fill_calls, padding_text
@@ -54,6 +56,8 @@ class TwinStart:
     #: call name -> place -> the fingerprint of what the run itself returned, on its way to the host
     run: dict[str, dict[str, Slot]] = field(default_factory=dict)
     seen: dict[int, tuple[Any, Slot, int | None]] = field(default_factory=dict)  # id -> (tensor, slot, version)
+    #: the rounded runs (``forward.ROUNDED``) not made because rounding changes nothing: the twin's numbers stand
+    same: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -85,6 +89,10 @@ class TwinRecorder:
         self.carried = CarriedState()  # what the model keeps in its own attributes from forward to forward
         self._constants: list[tuple[str, torch.Tensor]] | None = None  # computed on the device, once per block
         self._rounded: list[str] = []  # the rounded runs (``forward.ROUNDED``) this model's forwards get
+        #: rounded runs the twin stood for at an earlier forward of the block (``exact.py``), and those left out
+        #: for the rest of the block (their carried state could not be taken from the twin's)
+        self._stood_for: set[str] = set()
+        self._dropped: set[str] = set()
         self._constant_slots: list[tuple[str, Slot]] | None = None
         self._digests: list[str] | None = None
         #: why no twin is recorded in this block (``measure_rounding="auto"`` and a model too large), or None
@@ -119,13 +127,48 @@ class TwinRecorder:
         if self.skipped is not None:
             return TwinStart({}, None, kept, problem=f"not recorded: {self.skipped}")
         try:
+            same = self._same_as_twin(args, kwargs)
             inputs = {kind: upcast(rounded_inputs((args, kwargs), getattr(torch, kind)) if kind in ROUNDED
-                                   else (args, kwargs), self.known[kind]) for kind in self.kinds()}
+                                   else (args, kwargs), self.known[kind])
+                      for kind in self.kinds() if kind not in same and kind not in self._dropped}
             self.carried.snapshot(self.model)
             padding = self._padding(args, kwargs)
-            return TwinStart(inputs, padding.valid, kept, padding=padding)
+            return TwinStart(inputs, padding.valid, kept, padding=padding, same=same)
         except Exception as exc:  # noqa: BLE001 - an input that cannot be copied leaves the forward without a twin
             return TwinStart({}, None, problem=f"its inputs could not be copied to float64 ({_describe(exc)})")
+
+    def _same_as_twin(self, args: tuple, kwargs: dict[str, Any]) -> list[str]:
+        """The rounded runs this forward need not make: rounding the weights and float inputs into their dtype
+        changes no value, so the run would be the twin itself (``exact.py``). Not under several ranks (each rank
+        holds a piece; they run their twins together). A rounded run the twin stood for at earlier forwards that
+        is needed again starts from a copy of the twin's carried state (a KV cache: the state it would have
+        reached, the runs having been the same); where that state cannot be copied, the run is left out for the
+        rest of the block (the comparison then allows for the weights' rounding instead)."""
+        self.kinds()
+        same = []
+        for kind in self._rounded:
+            if kind in self._dropped:
+                continue
+            if self.ranks is None and _unchanged(self.model, args, kwargs, getattr(torch, kind)):
+                same.append(kind)
+                self._stood_for.add(kind)
+            elif kind in self._stood_for:
+                self._stood_for.discard(kind)
+                if not self._take_twin_state(kind):
+                    self._dropped.add(kind)
+        return same
+
+    def _take_twin_state(self, kind: str) -> bool:
+        """Give the run ``kind`` a copy of the twin's carried state (``known`` objects, attributes); False where a
+        value cannot be copied."""
+        try:
+            self.known[kind] = {key: (live, copy.deepcopy(twin)) for key, (live, twin) in self.known[None].items()}
+            self.carried.known[kind] = {key: (value, copy.deepcopy(twin), versions)
+                                        for key, (value, twin, versions) in self.carried.known.get(None, {}).items()}
+            return True
+        except Exception:  # noqa: BLE001 - an object that cannot be deep-copied
+            self.known[kind], self.carried.known[kind] = {}, {}
+            return False
 
     def _padding(self, args: tuple, kwargs: dict[str, Any]) -> Padding:
         """The forward's padding mask and its place (``forward.find_valid``); a declared name that is not among the
@@ -190,6 +233,8 @@ class TwinRecorder:
         for kind, (run, _) in runs.items():
             if kind is not None:
                 numbers.perturbed[kind] = _add_run(batch, run)
+        for kind in start.same:  # rounding changed nothing: the rounded run would have been the twin
+            numbers.perturbed[kind] = numbers.slots
         if self._constants and "float64" in numbers.perturbed and "constants" not in numbers.perturbed:
             numbers.perturbed["constants"] = numbers.perturbed["float64"]  # one run moved both: s64 and sconst
         return numbers
@@ -237,6 +282,14 @@ def _add_run(batch: HostBatch, run: Any) -> dict[str, dict[str, Slot]]:
             found[key][place] = transfer.Slot(None, 0, length, read[start:start + length])
             start += length
     return found
+
+
+def _unchanged(model: nn.Module, args: tuple, kwargs: dict[str, Any], dtype: torch.dtype) -> bool:
+    """``exact.py``'s answer; False (the run is made) where the test itself fails."""
+    try:
+        return unchanged_by_rounding(weights_and_inputs(model, args, kwargs, dtype), dtype)
+    except Exception:  # noqa: BLE001 - a tensor that cannot be viewed or rounded: make the run
+        return False
 
 
 def _stores_wider(model: nn.Module, dtype: torch.dtype) -> bool:
