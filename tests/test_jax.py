@@ -8,6 +8,7 @@ float32 and bfloat16, with other seeds than the models were written with.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
@@ -318,3 +319,47 @@ def test_a_flax_nnx_original_is_traced_and_compared(tmp_path):
             candidate(torch.from_numpy(x))
         assert _named(nbtrace.compare(tmp_path / "original", tmp_path / f"port_{eps}")) == named
         assert _named(nbtrace.compare(tmp_path / "original", candidate)) == named
+
+
+def test_a_float32_original_from_bfloat16_weights_makes_no_rounded_run_and_judges_the_port_alike(tmp_path,
+                                                                                                monkeypatch):
+    """Weights published in bfloat16, loaded in float32: the run rounded to bfloat16 would be the twin bit for bit,
+    so it is not made (one float64 run fewer), the folder is byte for byte the one it would have written, and the
+    bfloat16 port is judged as before."""
+    jax_trace = importlib.import_module("nbtrace.jax.trace")  # the module (the package's ``trace`` is the function)
+    made: list[bool] = []
+    original_run = jax_trace.run_twin
+    monkeypatch.setattr(jax_trace, "run_twin", lambda *a, **k: made.append(k.get("rounded", False))
+                        or original_run(*a, **k))
+
+    def traced(folder: Path, bug: str | None) -> object:
+        pair, _, jax_input, _ = _pair("decoder", 8, "bfloat16", bug)
+        params = jax.tree_util.tree_map(lambda a: a.astype(jnp.bfloat16).astype(a.dtype), pair.params)
+        ntj.trace(pair.flax_model, params, jax_input, debug_path=folder)
+        return pair
+
+    pair = traced(tmp_path / "skipped", None)
+    assert made == [False, False]  # the twin and the perturbed run
+    with nbtrace.trace(pair.torch_model, debug_path=tmp_path / "port"):
+        pair.torch_model(pair.input_ids_torch)
+    assert nbtrace.compare(tmp_path / "skipped", tmp_path / "port").verdict == "agree"
+    bugged = traced(tmp_path / "bug", "query_scale")
+    assert _named(nbtrace.compare(tmp_path / "bug", bugged.torch_model)) == "layers.0.attn"
+
+    monkeypatch.setattr(jax_trace, "rounding_changes_nothing", lambda *a: False)
+    made.clear()
+    traced(tmp_path / "made", None)
+    assert made == [False, False, True]
+
+    def files(folder: Path) -> dict[str, object]:
+        found = {}
+        for path in sorted(folder.iterdir()):
+            if path.name.endswith("_NBTRACE.json"):
+                sections = json.loads(path.read_text())["sections"]
+                sections.pop("run", None)
+                found[path.name] = sections
+            else:
+                found[path.name] = path.read_bytes()
+        return found
+
+    assert files(tmp_path / "skipped") == files(tmp_path / "made")

@@ -21,7 +21,8 @@ from .numerics import numerics_section
 from .parameters import parameters_section
 from .scopes import watching_reads
 from .serialize import Serializer, host, is_array, remove_files
-from .twin import find_valid, padding_digest, run_twin, stores_wider, twin_section, twin_unfit
+from .twin import (find_valid, padding_digest, rounding_changes_nothing, run_twin, stores_wider, twin_section,
+                   twin_unfit)
 from .values import eager_remat, float_leaves
 
 MEASURE_MODES = ("auto", "twin", True, False)
@@ -190,8 +191,10 @@ def _twin(model: Any, variables: Any, args: tuple, kwargs: dict[str, Any], metho
     try:
         twin = run_twin(model, variables, args, kwargs, method, root, valid)
         perturbed = run_twin(model, variables, args, kwargs, method, root, valid, perturb=True)
-        rounded = (run_twin(model, variables, args, kwargs, method, root, valid, rounded=True)
-                   if stores_wider(model if variables is None else variables) else None)
+        rounded = None
+        if stores_wider(model if variables is None else variables):  # the run rounded to bfloat16: unless it is the twin
+            same = rounding_changes_nothing(model if variables is None else variables, args, kwargs)
+            rounded = twin if same else run_twin(model, variables, args, kwargs, method, root, valid, rounded=True)
     except Exception as exc:  # noqa: BLE001 - a model that cannot run in float64 keeps its trace
         text = f"{type(exc).__name__}: {exc}"
         return twin_section(None, None, {}, written, None, f"the float64 twin of the whole model failed ({text[:300]})")

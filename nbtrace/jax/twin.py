@@ -152,6 +152,29 @@ def stores_wider(variables: Any) -> bool:
                for leaf in jax.tree_util.tree_leaves(variables) if hasattr(leaf, "dtype"))
 
 
+def rounding_changes_nothing(variables: Any, args: tuple, kwargs: dict[str, Any]) -> bool:
+    """True when rounding every float array wider than bfloat16 among the model's variables (a linen model's, or an
+    nnx model's state) and its inputs (as ``run_twin`` rounds them) into bfloat16 changes no value: the rounded run
+    would then be the twin bit for bit (weights published in bfloat16, loaded in float32), and is not made (the
+    PyTorch twin's ``capture/twin/exact.py``). A NaN counts as changed. Stops at the first array that changes."""
+    import jax
+    import ml_dtypes
+
+    if is_nnx(variables):
+        from flax import nnx
+
+        variables = nnx.state(variables)
+    inputs = {k: v for k, v in kwargs.items() if k not in ("rngs", "mutable")}
+    for leaf in jax.tree_util.tree_leaves((variables, args, inputs)):
+        dtype = np.dtype(leaf.dtype) if hasattr(leaf, "dtype") else None
+        if dtype is None or not np.issubdtype(dtype, np.floating) or dtype.itemsize <= 2:
+            continue
+        host = np.asarray(leaf)
+        if not np.array_equal(host.astype(ml_dtypes.bfloat16).astype(dtype), host):
+            return False
+    return True
+
+
 def _perturbed(a: Any, name: str) -> Any:
     import jax.numpy as jnp
 
