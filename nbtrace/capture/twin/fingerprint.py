@@ -24,13 +24,14 @@ one tensor compare.
 
 from __future__ import annotations
 
+import threading
 import weakref
 from typing import Any
 
 import torch
 
 from .. import transfer
-from .signs import (AXIS_SUMS, CHUNK, KEPT, SEED_S, SENTINEL, SUMS, SUMSQ, WIDTH, axis_shape, axis_signs,
+from .signs import (AXIS_SUMS, CHUNK, SEED_S, SENTINEL, SUMS, SUMSQ, WIDTH, axis_shape, axis_signs,
                     chunk_signs, sign_sequence, valid_shape)
 
 _S: dict[torch.device, torch.Tensor] = {}
@@ -87,54 +88,104 @@ def fingerprint(x: torch.Tensor, valid: torch.Tensor | None = None, layout: bool
     fingerprint only ever compared with another of the same tensor's layout, a perturbed run's). A ``+inf`` or a
     huge positive value makes the sums non-finite, which the sidecar records as an element left out.
 
-    In host memory, where reading a number costs no wait, one pass first asks whether anything is to be left out;
-    most tensors hold nothing to leave out, and their values are used as they are (the same numbers bit for bit:
-    only the passes that would change nothing are skipped). The numbers are written into one tensor, and each
-    operation is one of few on a small tensor: on the small tensors of a model of many tiny calls the count of
-    operations, not the passes, is the cost."""
+    In host memory, where reading a number costs no wait, most tensors hold nothing to leave out and their values
+    are used as they are (the same numbers bit for bit: only the passes that would change nothing are skipped):
+    ``_host_numbers``. On the small tensors of a model of many tiny calls the count of operations, not the passes,
+    is the cost."""
     with torch._C.DisableTorchFunction():
-        x = x.detach()
+        if x.requires_grad:
+            x = x.detach()
         if x.is_complex():
             x = torch.view_as_real(x)
         if x.dtype != torch.float64:
             x = x.to(torch.float64)
         n = x.numel()
-        keep = valid_elements(x, valid)
-        width = WIDTH if not layout or axis_shape(tuple(x.shape)) is None else WIDTH + AXIS_SUMS
-        if n and transfer.host_readable(x) and x.min().item() > -SENTINEL:  # a NaN's minimum is NaN
-            if keep is not None and _all_ones(valid):  # a mask of all ones leaves nothing out
-                keep = None
-            if keep is None:
-                values, out = x.reshape(-1), _numbers(n, width, x.device)
-            else:  # only the padding is left out: where it is, as the general way leaves it out
-                values = torch.where(keep, x, 0.0).reshape(-1)
-                kept = float(int(keep.sum()) * (n // keep.numel()))
-                out = torch.tensor([0.0] * SUMS + [kept] + [0.0] * (width - SUMS - 1), dtype=torch.float64,
-                                   device=x.device)
+        axes = axis_shape(tuple(x.shape)) if layout else None
+        if n and transfer.host_readable(x) and (valid is None or _all_ones(valid) or valid_elements(x, valid) is None):
+            found = _host_numbers(x, n, axes)
+            if found is not None:
+                return found
+        return _numbers_of(x, n, valid_elements(x, valid), axes)
+
+
+def _host_numbers(x: torch.Tensor, n: int, axes: tuple[int, ...] | None) -> torch.Tensor | None:
+    """The numbers of ``x`` (float64, in host memory, no padding to leave out) where nothing is to be left out, or
+    None. The sum of squares comes first and decides it: below ``SENTINEL²`` (so no NaN, no infinity, no element at
+    or beyond ``±SENTINEL``: a sum of squares is at least each square) nothing is left out and the values are used
+    as they are, in the same operations as ``_numbers_of``'s. Anything else goes ``_numbers_of``'s way, which gives
+    the same numbers for values it keeps whole (a huge positive one) as this would."""
+    values = x.reshape(-1)
+    sumsq = torch.dot(values, values)
+    total = sumsq.item()
+    if not total < _SQUARED_SENTINEL:  # a NaN compares False
+        return None
+    full, rest = divmod(n, CHUNK)
+    if full:
+        sums = _signed_sums(values)
+    else:  # one chunk or less: signed into a zeroed scratch chunk, summed by slot, the scratch zeroed again
+        chunk, rows, signs = _scratch(rest)
+        torch.mul(values, signs, out=chunk)
+        sums = torch.sum(rows, 0)
+        chunk.zero_()
+    tail = torch.tensor((float(n), total, 0.0), dtype=torch.float64)
+    if axes is None:
+        return torch.cat((sums, tail))
+    return torch.cat((sums, tail, layout_sums(values, axes)))
+
+
+_SQUARED_SENTINEL = SENTINEL * SENTINEL
+_LOCAL = threading.local()
+
+
+def _scratch(rest: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A zeroed host chunk of ``CHUNK`` float64 slots (one per thread), its first ``rest`` slots, all of it as rows of
+    ``SUMS``, and ``W[0]·S``'s first ``rest`` signs: the views kept per ``rest`` (making one is an operation too)."""
+    views = getattr(_LOCAL, "views", None)
+    if views is None:
+        views = _LOCAL.views = {}
+        _LOCAL.chunk = torch.zeros(CHUNK, dtype=torch.float64)
+    found = views.get(rest)
+    if found is None:
+        chunk = _LOCAL.chunk
+        found = views[rest] = (chunk[:rest], chunk.view(-1, SUMS),
+                               _first_chunk_signs(torch.device("cpu"))[:rest])
+    return found
+
+
+def _numbers_of(x: torch.Tensor, n: int, keep: torch.Tensor | None, axes: tuple[int, ...] | None) -> torch.Tensor:
+    """The fingerprint's numbers of ``x`` (float64) by the general way: what ``keep`` (the padding) and the sentinel
+    leave out is left out. In host memory a tensor with nothing to leave out but the padding skips the passes that
+    would change nothing."""
+    width = WIDTH if axes is None else WIDTH + AXIS_SUMS
+    if n and transfer.host_readable(x) and keep is not None and x.min().item() > -SENTINEL:  # a NaN's is NaN
+        values = torch.where(keep, x, 0.0).reshape(-1)  # only the padding is left out, as below
+        kept = float(int(keep.sum()) * (n // keep.numel()))
+        out = torch.tensor([0.0] * SUMS + [kept] + [0.0] * (width - SUMS - 1), dtype=torch.float64,
+                           device=x.device)
+    else:
+        ok = x > -SENTINEL
+        if keep is not None:
+            ok = ok & keep
+            counted = keep.sum().to(torch.float64) * (n // keep.numel())
         else:
-            ok = x > -SENTINEL
-            if keep is not None:
-                ok = ok & keep
-                counted = keep.sum().to(torch.float64) * (n // keep.numel())
-            else:
-                counted = torch.tensor(float(n), dtype=torch.float64, device=x.device)
-            values = torch.where(ok, x, 0.0).reshape(-1)
-            kept = ok.sum().to(torch.float64)
-            out = torch.cat([torch.zeros(SUMS, dtype=torch.float64, device=x.device),
-                             torch.stack([kept, kept, counted - kept]),
-                             torch.zeros(width - WIDTH, dtype=torch.float64, device=x.device)])
-        _signed_sums(values, out[:SUMS])
-        torch.dot(values, values, out=out[SUMSQ])
-        if width > WIDTH:
-            layout_sums(values, axis_shape(tuple(x.shape)), out[WIDTH:])
-        return out
+            counted = torch.tensor(float(n), dtype=torch.float64, device=x.device)
+        values = torch.where(ok, x, 0.0).reshape(-1)
+        kept = ok.sum().to(torch.float64)
+        out = torch.cat([torch.zeros(SUMS, dtype=torch.float64, device=x.device),
+                         torch.stack([kept, kept, counted - kept]),
+                         torch.zeros(width - WIDTH, dtype=torch.float64, device=x.device)])
+    out[:SUMS] = _signed_sums(values)
+    torch.dot(values, values, out=out[SUMSQ])
+    if axes is not None:
+        layout_sums(values, axes, out[WIDTH:])
+    return out
 
 
-def _signed_sums(values: torch.Tensor, out: torch.Tensor) -> None:
-    """The 16 sums of ``values`` (float64, flat), written into ``out``: each chunk's elements times its sign ``W[c]``
-    added into 4096 slots (one matrix-vector product for the whole chunks), the slots times ``S``, summed by slot
-    modulo 16. A tensor of one chunk or less is signed by ``W[0]·S`` in one product. The terms are those of the
-    slots' products bit for bit but for the sign of a zero, which no sum can show (torch's sum starts from +0.0)."""
+def _signed_sums(values: torch.Tensor) -> torch.Tensor:
+    """The 16 sums of ``values`` (float64, flat): each chunk's elements times its sign ``W[c]`` added into 4096 slots
+    (one matrix-vector product for the whole chunks), the slots times ``S``, summed by slot modulo 16. A tensor of
+    one chunk or less is signed by ``W[0]·S`` in one product. The terms are those of the slots' products bit for bit
+    but for the sign of a zero, which no sum can show (torch's sum starts from +0.0)."""
     n = values.numel()
     full, rest = divmod(n, CHUNK)
     s, w = element_and_chunk_signs(values.device, full + 1)
@@ -146,7 +197,7 @@ def _signed_sums(values: torch.Tensor, out: torch.Tensor) -> None:
         if rest:
             folded[:rest] += w[full] * values[full * CHUNK:]
         folded *= s
-    torch.sum(folded.view(-1, SUMS), 0, out=out)
+    return torch.sum(folded.view(-1, SUMS), 0)
 
 
 _FIRST: dict[torch.device, torch.Tensor] = {}
@@ -159,22 +210,6 @@ def _first_chunk_signs(device: torch.device) -> torch.Tensor:
         s, w = element_and_chunk_signs(device, 1)
         found = _FIRST[device] = w[0] * s
     return found
-
-
-#: per (elements, width, device): the fingerprint's numbers of a tensor that leaves none out, before its sums
-_NUMBERS: dict[tuple[int, int, torch.device], torch.Tensor] = {}
-
-
-def _numbers(n: int, width: int, device: torch.device) -> torch.Tensor:
-    """A new tensor of ``width`` numbers, ``n`` at ``KEPT`` and zeros elsewhere (a copy of one kept per size)."""
-    key = (n, width, device)
-    found = _NUMBERS.get(key)
-    if found is None:
-        found = torch.zeros(width, dtype=torch.float64, device=device)
-        found[KEPT] = float(n)
-        if len(_NUMBERS) < 4096:
-            _NUMBERS[key] = found
-    return found.clone()
 
 
 def axis_sign_rows(size: int, device: torch.device) -> torch.Tensor:
