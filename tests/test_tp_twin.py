@@ -102,7 +102,9 @@ def test_on_four_ranks_too(folders, tmp_path_factory):
 
 def test_every_rank_ran_every_variant_and_a_rank_tracing_alone_waits_for_no_one(folders):
     seconds = [json.loads((folders / f"seconds_rank{rank}.json").read_text()) for rank in (0, 1)]
-    assert set(seconds[0]) == set(VARIANTS) | {"alone", "warnings"} and set(seconds[1]) == set(VARIANTS) | {"warnings"}
+    failed = {"fails_dtensor", "fails_megatron"}  # the blocks whose twin fails on rank 1 (test below)
+    assert set(seconds[0]) == set(VARIANTS) | {"alone", "warnings"} | failed
+    assert set(seconds[1]) == set(VARIANTS) | {"warnings"} | failed
     assert 1.0 <= seconds[0]["alone"] < 30  # it waited for the others as long as it was told, then went on alone
     alone = nbtrace.load_trace(folders / "alone").sidecar["twin"]
     assert alone["calls"] == {} and "not every rank started nbtrace.trace within 1 s" in alone["skipped"]
@@ -129,3 +131,18 @@ def test_the_pieces_fingerprints_add_up_to_the_whole(seed):
             assert torch.allclose(total[16:WIDTH], whole[16:WIDTH], rtol=1e-14)
             for sums in (slice(0, 16), slice(WIDTH, None)) if len(shape) == 3 else (slice(0, 16),):
                 assert float((total[sums] - whole[sums]).abs().max()) <= 1e-14 * float(whole[17].sqrt())
+
+
+@pytest.mark.parametrize("split", ["dtensor", "megatron"])
+def test_a_twin_that_fails_on_one_rank_stops_on_every_rank_and_the_run_goes_on(folders, split):
+    """Rank 1's twin raises mid-run: rank 0 stops at its next collective instead of waiting in it, both say which
+    rank failed and why, the next forwards of both ranks meet each other (not the other's twin), and the next
+    block's twins run together again (each fails the same way: the module still raises in float64)."""
+    for rank in (0, 1):
+        found = json.loads((folders / f"seconds_rank{rank}.json").read_text())[f"fails_{split}"]
+        assert found == {"equal": True, "rank": rank}
+    for folder in (folders / f"fails_{split}", folders / f"fails_{split}_again"):
+        trace = nbtrace.load_trace(folder)
+        said = trace.sidecar["twin"]["skipped"]
+        assert said.startswith("the float64 twin failed on rank 1: RuntimeError: no float64 kernel here"), said
+        assert trace.twin is None or not trace.twin.calls

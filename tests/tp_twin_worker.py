@@ -58,6 +58,9 @@ def main(out: Path, names: list[str] | None = None) -> None:
         with torch.no_grad(), nbtrace.trace(model, out / name):
             model(x)
         seconds[name] = round(time.perf_counter() - started, 3)
+    if names is None:
+        for split in ("dtensor", "megatron"):
+            seconds[f"fails_{split}"] = _one_rank_fails(reference, x, mesh, split, out / f"fails_{split}")
     if names is None:  # measure_rounding=True re-runs calls on the recording rank alone: only the twin, said
         model = tm.build_dtensor_tp(reference, mesh)
         with warnings.catch_warnings(record=True) as caught, torch.no_grad():
@@ -82,6 +85,33 @@ def main(out: Path, names: list[str] | None = None) -> None:
     (out / f"seconds_rank{dist.get_rank()}.json").write_text(json.dumps(seconds))
     dist.barrier()
     dist.destroy_process_group()
+
+
+class _FailsOnRank1(torch.nn.Module):
+    """A module whose float64 twin raises on rank 1 alone (as a float64 kernel missing there, or its memory out)."""
+
+    def __init__(self, inner: torch.nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x: torch.Tensor, *args, **kwargs):
+        if dist.get_rank() == 1 and x.dtype == torch.float64:
+            raise RuntimeError("no float64 kernel here")
+        return self.inner(x, *args, **kwargs)
+
+
+def _one_rank_fails(reference, x, mesh, split: str, folder: Path) -> dict:
+    """Trace a split whose twin fails on rank 1 mid-run, then run it untraced and trace it again: every rank goes
+    on with the others (no rank left in a collective, no forward of one meeting another's twin)."""
+    model = tm.build_dtensor_tp(reference, mesh) if split == "dtensor" else tm.build_megatron_tp(reference)
+    model.layers[1].mlp = _FailsOnRank1(model.layers[1].mlp)
+    with torch.no_grad():
+        with nbtrace.trace(model, folder):
+            traced = model(x)
+        again = model(x)
+        with nbtrace.trace(model, folder.with_name(folder.name + "_again")):
+            model(x)
+    return {"equal": bool(torch.equal(traced, again)), "rank": dist.get_rank()}
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ import torch
 
 from .fingerprint import fingerprint
 from .placed import placed_fingerprint
+from .rank_guard import Guard, default_store
 from .signs import AXIS_SUMS, KEPT, LEFT_OUT, SUMS, SUMSQ, WIDTH, axis_shape
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -70,6 +71,8 @@ def _gather(tensor: torch.Tensor) -> torch.Tensor:
     return torch.stack(parts)
 
 
+#: the round of the last ``meet`` every rank came to: the same number on every rank of that block
+_MET: list[int] = []
 #: how long a rank waits at the start of ``nbtrace.trace`` for every other rank to start its own (seconds)
 MEET_SECONDS = 60.0
 _ROUND = "nbtrace/twin/round"
@@ -104,6 +107,7 @@ def meet(timeout: float | None = None) -> str | None:
     together = store.get(verdict) == b"together"
     store.compare_set(_ROUND, str(round_), str(round_ + 1))  # the round is over: the first to read it opens the next
     if together:
+        _MET[:] = [round_]  # the block's name among the ranks (``rank_guard.py``'s meetings)
         return None
     return (f"not every rank started nbtrace.trace within {timeout:g} s of the others, and a tensor-parallel model's "
             "float64 twin runs on every rank together (a rank that traces alone records without it)")
@@ -138,6 +142,9 @@ class RankTwin:
         dist = torch.distributed
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         self._pieces: list[_Piece] = []
+        store = default_store() if _MET else None
+        #: the meetings that keep the ranks' twins together where one fails (``rank_guard.py``), or None: no store
+        self.guard = Guard(store, str(_MET[0]), self.rank, self.world) if store is not None else None
         self._spread: dict[tuple[str, str], bool] = {}  # plain tensors that differ between ranks, from the twin run
         #: (call, place) of the plain tensors that differ between ranks, in the last forward's twin
         self.read: list[tuple[str, str]] = []

@@ -17,6 +17,7 @@ import copy
 import warnings
 import weakref
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +34,7 @@ from .exact import unchanged_by_rounding, weights_and_inputs
 from .fingerprint import fingerprint
 from .forward import ROUNDED, Padding, constants_digest, digest_text, find_valid, rounded_inputs, twin_runs
 from .print_numbers import fill_calls, padding_text
+from .rank_guard import PeerFailed
 from .ranks import RankTwin, decide_together
 from .state import CarriedState
 from .values import remember, upcast
@@ -215,11 +217,16 @@ class TwinRecorder:
             self._constant_slots = [(head, batch.add(sums)) for head, sums in self._constants]
         if start.problem is not None:
             return numbers
+        guard = self.ranks.guard if self.ranks is not None and self.ranks.guard is not None else None
         try:
-            runs = twin_runs(self.model, start.inputs, self.class_name, start.valid, observe, carried=self.carried,
-                             ranks=self.ranks, stream=self.stream)
+            with guard.guarded() if guard is not None else nullcontext():  # ranks stop together (rank_guard.py)
+                runs = twin_runs(self.model, start.inputs, self.class_name, start.valid, observe,
+                                 carried=self.carried, ranks=self.ranks, stream=self.stream)
             for kind, (_, wide_out) in runs.items():
                 remember(self.known[kind], out, wide_out)
+        except PeerFailed as exc:  # another rank's twin failed: none has it (they run together)
+            numbers.problem = f"the float64 twin failed on {exc}; the ranks run it together, so none records it"
+            return numbers
         except Exception as exc:  # noqa: BLE001 - a model that cannot run in float64 keeps its trace
             numbers.problem = f"the float64 twin of the whole model failed ({_describe(exc)})"
             return numbers
