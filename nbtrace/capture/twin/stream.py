@@ -10,10 +10,13 @@ float64 tensors made from the live values for the run under way (``kind``: as th
 parameter's name, so a tied parameter moves alike wherever it is used; a rounded run, ``forward.ROUNDED``, rounded
 into that dtype first), and when it returns they are dropped. A parameter an operation reads outside its module's
 forward (a parent's ``F.linear(x, self.embed.weight)``) is made for that operation by the twin's ``Widen`` mode
-(``resolve``). The peak is the float64 weights of the largest single module and the float64 activations of one
-forward; buffers and tensor attributes (small: rotary tables, scalars) are converted whole, as before. Tensors made
-for one module are reused for the next of the same shape (``Streamed.pool``, at most ``POOL_MODULES`` times the
-largest module's weights): the allocator's heap then stays at a few modules' worth instead of growing layer by layer.
+(``resolve``). The peak is the float64 weights of the modules running inside each other (the largest single
+module, mostly) and the float64 activations of one forward; buffers and tensor attributes (small: rotary tables,
+scalars) are converted whole, as before. A module's weights are carved from one float64 buffer per device
+(``_Arena``), made once per twin and given back last-made-first as modules return, so making and dropping weights
+allocates nothing; a module whose weight outlives its forward (it returned a view of it) leaves that buffer to what
+holds it, and its weights are made on their own from then on. On the host, the heap's free pages are given back
+whenever the resident memory grew by a sixteenth of the model's weights (``host_memory.HeapTrim``).
 """
 
 from __future__ import annotations
@@ -26,12 +29,18 @@ from typing import Any
 import torch
 from torch import nn
 
+from .host_memory import HeapTrim
 from .noise import scale_by_noise
 from .offload import offloaded_values
 
 _SEQUENCES = frozenset({list, tuple})
-#: the pool of made float64 weights holds at most this many times the largest module's
-POOL_MODULES = 4
+#: float64 elements each arena tensor is aligned to: 64 bytes, as torch aligns a tensor of its own on the host
+_ALIGN = 8
+#: the host heap is trimmed whenever the resident memory grew by this share of the model's weights on the host,
+#: or by ``TRIM_LEAST`` bytes where that is more
+TRIM_SHARE, TRIM_LEAST = 16, 4 * 2**20
+#: bytes an arena on the host has at least: above glibc's largest dynamic mmap threshold (32 MiB on 64 bits)
+_HOST_FLOOR = 32 * 2**20 + 2**16
 #: attribute set on a placeholder parameter (``is_streamed``)
 MARK = "_nbtrace_streamed"
 
@@ -61,6 +70,34 @@ class _Source:
         self.start = zlib.crc32(self.name.encode())  # where its noise starts (``noise.scale_by_noise``)
 
 
+class _Arena:
+    """One float64 buffer on one device that modules' weights are carved from, the last made given back first
+    (modules' forwards nest). Made once per twin and kept while it runs, so making and dropping each module's weights
+    allocates nothing: the host allocator's heap does not fill with freed layers' weights (glibc raises its mmap
+    threshold after the first large free, and a heap keeps what is freed inside it). On the host it is made larger
+    than glibc's largest dynamic mmap threshold (``_HOST_FLOOR``): always mapped on its own, given back to the system
+    when freed, and its free changes no threshold; pages never written take no memory."""
+
+    def __init__(self, device: torch.device, elements: int) -> None:
+        if device.type == "cpu":
+            elements = max(elements, _HOST_FLOOR // 8)
+        self.buffer = torch.empty(elements, dtype=torch.float64, device=device)
+        self.top = 0  # elements in use, from the start
+
+    def take(self, shape: torch.Size) -> torch.Tensor | None:
+        """A contiguous float64 tensor of ``shape`` from the free part (None: it does not fit)."""
+        count = shape.numel()
+        if self.top + count > self.buffer.numel():
+            return None
+        made = self.buffer[self.top:self.top + count].view(shape)
+        self.top += -(-count // _ALIGN) * _ALIGN  # each tensor aligned as the allocator aligns its own
+        return made
+
+    def uses(self) -> int:
+        """How many tensors share the buffer's storage now (itself included)."""
+        return torch._C._storage_Use_Count(self.buffer.untyped_storage()._cdata)
+
+
 class Streamed:
     """The float64 parameters of a streamed copy (see the module docstring), made per module and per run."""
 
@@ -88,43 +125,37 @@ class Streamed:
             if sources:
                 self.owned[id(twin)] = (twin, sources)
         self.kind: str | None = None  # the run under way: None (the twin), a perturbation or a rounded run
-        #: float64 tensors made before and free again, by shape and device: one module's made into what another's
-        #: left (the same few shapes repeat in every layer), so the allocator's heap does not grow with each layer
-        self.pool: dict[tuple[tuple[int, ...], torch.device], list[torch.Tensor]] = {}
-        self.members: set[int] = set()
-        self.kept = 0
-        largest = max((sum(8 * s.value.numel() for s in sources) for _, sources in self.owned.values()), default=0)
-        self.cap = POOL_MODULES * largest
+        #: elements per device the arenas hold: the most that modules nested in the module tree hold at once
+        self.needed = _nested(wide, lambda m: {d: n // 8 for d, n in _own_bytes(self.owned, m).items()})
+        self.arenas: dict[torch.device, _Arena] = {}
+        host = sum(s.value.numel() * s.value.element_size() for _, sources in self.owned.values() for s in sources
+                   if (torch.device(s.device) if s.device is not None else s.value.device).type == "cpu")
+        #: what the host heap could not reuse, given back whenever it grew by a 16th of the model's weights there
+        self.trim = HeapTrim(max(host // TRIM_SHARE, TRIM_LEAST))
+        #: modules whose weights outlived their forward once (a view of a weight returned): made on their own since
+        self.escaped: set[int] = set()
 
-    def make(self, source: _Source) -> torch.Tensor:
-        """The float64 values of ``source``'s parameter for the run under way."""
+    def make(self, source: _Source, arena: bool = False) -> torch.Tensor:
+        """The float64 values of ``source``'s parameter for the run under way: from the device's arena where
+        ``arena`` and it fits, else a tensor of its own."""
         with torch._C.DisableTorchFunction():  # detached: nothing of this is recorded for autograd
             value = source.value.detach()
             if self.kind in self.rounded and source.weight:
                 value = value.to(getattr(torch, self.kind))
             device = torch.device(source.device) if source.device is not None else value.device
-            free = self.pool.get((tuple(value.shape), device))
-            wide = free.pop() if free else torch.empty(value.shape, dtype=torch.float64, device=device)
+            wide = self._arena(device).take(value.shape) if arena else None
+            if wide is None:
+                wide = torch.empty(value.shape, dtype=torch.float64, device=device)
             wide.copy_(value)  # widened exactly, and moved where the module runs
             if self.kind in ("float64", "constants"):
                 scale_by_noise(wide, source.start)
         return wide
 
-    def release(self, wide: torch.Tensor) -> None:
-        """Give ``wide`` back to the pool, unless something still holds its storage (a module that returned a view
-        of its weight: a position table's rows) or the pool holds ``POOL_MODULES`` modules' weights already."""
-        size = 8 * wide.numel()
-        if torch._C._storage_Use_Count(wide.untyped_storage()._cdata) > 2:  # 2: ``wide``, and this reading of it
-            if id(wide) in self.members:
-                self.members.discard(id(wide))
-                self.kept -= size
-            return
-        if id(wide) not in self.members:
-            if self.kept + size > self.cap:
-                return
-            self.members.add(id(wide))
-            self.kept += size
-        self.pool.setdefault((tuple(wide.shape), wide.device), []).append(wide)
+    def _arena(self, device: torch.device) -> _Arena:
+        found = self.arenas.get(device)
+        if found is None:
+            found = self.arenas[device] = _Arena(device, self.needed.get(device, 0))
+        return found
 
     def around(self, module: nn.Module, inner: Callable[..., Any]) -> Callable[..., Any]:
         """``inner`` (the module's forward) run with the module's own parameters made, and dropped after."""
@@ -137,18 +168,33 @@ class Streamed:
             held = module._parameters
             before = {s.key: held[s.key] for s in sources}
             with torch._C.DisableTorchFunction():  # making the weights is not the twin's own work
-                made = [self.make(source) for source in sources]
-                for source, wide in zip(sources, made):
-                    held[source.key] = nn.Parameter(wide, requires_grad=False)
+                devices = {torch.device(s.device) if s.device is not None else s.value.device for s in sources}
+                marks = {} if id(module) in self.escaped else {d: self._arena(d) for d in devices}
+                host = any(d.type == "cpu" for d in devices)
+                marks = {d: (a, a.top, a.uses()) for d, a in marks.items()}
+                held.update({s.key: nn.Parameter(self.make(s, arena=bool(marks)), requires_grad=False)
+                             for s in sources})  # no name here holds them: only the module, until it returns
             try:
                 return inner(*args, **kwargs)
             finally:
                 held.update(before)
-                with torch._C.DisableTorchFunction():
-                    for wide in made:
-                        self.release(wide)
+                self._give_back(module, marks)
+                if host:
+                    self.trim()
 
         return run
+
+    def _give_back(self, module: nn.Module, marks: dict[torch.device, tuple[_Arena, int, int]]) -> None:
+        """Free the arenas' parts a module's forward took. Where something still holds one of its weights (a module
+        that returned a view of its weight: a position table's rows), that arena is left to it and a new one made
+        when next needed, and the module's weights are made on their own from then on."""
+        for device, (arena, top, uses) in marks.items():
+            if arena.uses() > uses:
+                self.escaped.add(id(module))
+                if self.arenas.get(device) is arena:
+                    del self.arenas[device]
+            elif self.arenas.get(device) is arena:
+                arena.top = top
 
     def resolve(self, args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, dict[str, Any]]:
         """An operation's arguments with every placeholder (at the top, or in a list or tuple) made for it."""
@@ -162,22 +208,47 @@ class Streamed:
     def _made(self, value: Any) -> Any:
         source = self.by_placeholder.get(id(value))
         if source is not None and is_streamed(value):
-            return nn.Parameter(self.make(source), requires_grad=False)
+            return nn.Parameter(self.make(source), requires_grad=False)  # its own: the result may be a view of it
         if type(value) in (list, tuple) and any(id(v) in self.by_placeholder for v in value):
             return type(value)(self._made(v) for v in value)
         return value
 
 
+def _own_bytes(owned: dict[int, tuple[nn.Module, list[_Source]]], module: nn.Module) -> dict[torch.device, int]:
+    """Bytes per device of ``module``'s own float64 parameters, as made (``owned``: ``Streamed.owned``)."""
+    found: dict[torch.device, int] = {}
+    for source in owned.get(id(module), (None, []))[1]:
+        where = torch.device(source.device) if source.device is not None else source.value.device
+        found[where] = found.get(where, 0) + 8 * (-(-source.value.numel() // _ALIGN) * _ALIGN)
+    return found
+
+
+def _nested(module: nn.Module, own: Callable[[nn.Module], dict[torch.device, int]],
+            path: frozenset[int] = frozenset()) -> dict[torch.device, int]:
+    """The most ``own`` adds up to per device along a chain of modules nested in ``module``'s tree (what modules
+    whose forwards run inside each other's hold at once)."""
+    total = dict(own(module))
+    deepest: dict[torch.device, int] = {}
+    for child in module._modules.values():
+        if child is None or id(child) in path:
+            continue
+        for device, size in _nested(child, own, path | {id(module)}).items():
+            deepest[device] = max(deepest.get(device, 0), size)
+    for device, size in deepest.items():
+        total[device] = total.get(device, 0) + size
+    return total
+
+
 def streamed_cost(model: nn.Module) -> dict[torch.device, int]:
-    """Bytes a streamed twin holds per device at most, activations aside: the float64 parameters of the largest single
-    module, and every float buffer, tensor attribute and parameter that is not a plain tensor (a DTensor, counted
-    whole) in float64 (converted whole)."""
+    """Bytes a streamed twin holds per device at most, activations aside: the float64 parameters of the modules
+    nested in each other that hold the most (the largest single module, mostly), and every float buffer, tensor
+    attribute and parameter that is not a plain tensor (a DTensor, counted whole) in float64 (converted whole)."""
     offloaded = offloaded_values(model)
-    largest: dict[torch.device, int] = {}
+    owns: dict[int, dict[torch.device, int]] = {}
     whole: dict[torch.device, int] = {}
     seen: set[int] = set()
     for sub in model.modules():
-        own: dict[torch.device, int] = {}
+        own = owns.setdefault(id(sub), {})
         for param in sub._parameters.values():
             if param is None or not param.is_floating_point():
                 continue
@@ -188,12 +259,11 @@ def streamed_cost(model: nn.Module) -> dict[torch.device, int]:
                 whole[where] = whole.get(where, 0) + 8 * param.numel()
                 continue
             own[where] = own.get(where, 0) + 8 * param.numel()
-        for where, size in own.items():
-            largest[where] = max(largest.get(where, 0), size)
         held = [t for t in sub._buffers.values() if t is not None]
         held += [v for v in vars(sub).values() if isinstance(v, torch.Tensor) and not isinstance(v, nn.Parameter)]
         for tensor in held:
             if tensor.is_floating_point() and id(tensor) not in seen:
                 seen.add(id(tensor))
                 whole[tensor.device] = whole.get(tensor.device, 0) + 8 * tensor.numel()
+    largest = _nested(model, lambda m: owns.get(id(m), {}))
     return {d: largest.get(d, 0) + whole.get(d, 0) for d in set(largest) | set(whole)}
