@@ -145,7 +145,11 @@ def twin_runs(model: nn.Module, inputs: dict[str | None, tuple[tuple, dict[str, 
     run their twins together (``ranks.py``), every run finished on all of them; ``stream``: no whole float64 copy,
     each module's float64 weights made as it runs (``stream.py``)."""
     with collector_paused():  # its passes over the whole trace's objects cost more than a run on a large model
-        return _twin_runs(model, inputs, class_name, valid, observe, run, carried, ranks, stream)
+        try:
+            return _twin_runs(model, inputs, class_name, valid, observe, run, carried, ranks, stream)
+        finally:
+            if carried is not None:
+                carried.after = None  # the model's state after this forward (``state.py``): the next reads its own
 
 
 def _twin_runs(model: nn.Module, inputs: dict[str | None, tuple[tuple, dict[str, Any]]], class_name: str,
@@ -260,12 +264,18 @@ def _walk(value: Any, place: str, found: dict[str, Any], state: _State, depth: i
     if depth > 16:
         return
     if isinstance(value, torch.Tensor):
+        entry = state.seen.get(id(value))  # most are: a call's inputs are earlier calls' outputs
+        if entry is not None and entry[0]() is value:
+            try:
+                version = value._version  # an in-place operation (ReLU(inplace=True)) changes a tensor it handed on
+            except RuntimeError:  # an inference-mode tensor keeps none: fingerprinted again
+                version = None
+            if version is not None and entry[2] == version:
+                found[place] = (tuple(value.shape), entry[1])
+                return
         if (value.is_floating_point() or value.is_complex()) and value.numel() > 0 and _plain_data(value):
-            entry = state.seen.get(id(value))
-            version = _version(value)  # an in-place operation (ReLU(inplace=True)) changes a tensor it handed on
-            if entry is None or entry[0]() is not value or entry[2] != version or version is None:
-                entry = (weakref.ref(value), state.fingerprint(value, state.valid, state.layout), version)
-                state.seen[id(value)] = entry
+            entry = (weakref.ref(value), state.fingerprint(value, state.valid, state.layout), _version(value))
+            state.seen[id(value)] = entry
             found[place] = (tuple(value.shape), entry[1])
     elif isinstance(value, (list, tuple)):
         for i, item in enumerate(value):

@@ -262,11 +262,16 @@ class TwinRecorder:
             index = int(chosen.values()[0]) if chosen is not None else 0
             if section["padding"] is not None and 0 <= index < len(places):
                 section["padding_from"] = places[index]
-        prints = {key: {place: (numbers.shapes[key][place], slot.values()) for place, slot in slots.items()}
-                  for key, slots in numbers.slots.items()}
-        perturbed = {kind: _on_host(calls) for kind, calls in numbers.perturbed.items()}
-        written = [key for key, _ in named_calls(root)]
         with collector_paused():  # tens of thousands of entries made and kept
+            prints = {key: {place: (numbers.shapes[key][place], slot.values()) for place, slot in slots.items()}
+                      for key, slots in numbers.slots.items()}
+            hosted: dict[int, dict[str, dict[str, list]]] = {}  # a run's numbers standing for another's: one object
+            perturbed = {}
+            for kind, calls in numbers.perturbed.items():
+                if id(calls) not in hosted:
+                    hosted[id(calls)] = _on_host(calls)
+                perturbed[kind] = hosted[id(calls)]
+            written = [key for key, _ in named_calls(root)]
             fill_calls(section, written, prints, perturbed, _on_host(numbers.run), numbers.low, numbers.events)
         return section
 
@@ -274,7 +279,13 @@ class TwinRecorder:
 def _add_run(batch: HostBatch, run: Any) -> dict[str, dict[str, Slot]]:
     """Call -> place -> the slot of each fingerprint of one twin run (``forward.TwinRun``). In host memory they are
     read in one go (one ``tolist`` of them all, as ``HostBatch.add`` reads each: tens of thousands of calls on a large
-    model), else each joins the batch's one transfer."""
+    model), else each joins the batch's one transfer. The collector is paused: the slots and their lists are tens of
+    thousands of new objects, and each collection they set off would walk the whole trace's."""
+    with collector_paused():
+        return _slots_of_run(batch, run)
+
+
+def _slots_of_run(batch: HostBatch, run: Any) -> dict[str, dict[str, Slot]]:
     pieces = [values for places in run.calls.values() for _, values in places.values()]
     if not pieces or not all(p.dtype == torch.float64 and p.dim() == 1 and transfer.host_readable(p) for p in pieces):
         return {key: {place: batch.add(values) for place, (_, values) in places.items()}

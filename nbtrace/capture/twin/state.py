@@ -18,6 +18,7 @@ function. So the twin keeps what a forward changed:
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,15 +48,25 @@ class CarriedState:
 
     known: dict[str | None, dict[int, tuple[Any, Any, tuple[int, ...]]]] = field(default_factory=dict)
     held: list[Held] = field(default_factory=list)
+    #: the model's state once its forward has returned (``_state``), read at the first run's ``restore`` and kept
+    #: for the others and their ``keep``: the twin runs change nothing of the model (a walk of every module each)
+    after: tuple[nn.Module, list[tuple[str, str, bool, Any]]] | None = None
 
     def snapshot(self, model: nn.Module) -> None:
         """Note the model's state at a forward's start (references and version counters only)."""
         self.held = [Held(m, k, b, v, _versions(v)) for m, k, b, v in _state(model, empty=True)]
+        self.after = None
+
+    def _after(self, model: nn.Module) -> list[tuple[str, str, bool, Any]]:
+        """``_state(model)`` since the forward returned (once per forward: see ``after``)."""
+        if self.after is None or self.after[0] is not model:
+            self.after = (model, _state(model))
+        return self.after[1]
 
     def restore(self, model: nn.Module, wide: nn.Module, kind: str | None) -> None:
         """Give the copy ``wide`` the state the forward started from, in float64, before the run ``kind``."""
         known = self.known.get(kind, {})
-        now = {(m, k): (b, v) for m, k, b, v in _state(model)}
+        now = {(m, k): (b, v) for m, k, b, v in self._after(model)}
         wide = _Modules(wide)
         for held in self.held:
             entry = known.get(id(held.value))
@@ -78,7 +89,7 @@ class CarriedState:
         taken = {id(value) for other, entries in self.known.items() if other != kind
                  for _, value, _ in entries.values()}
         fresh: dict[int, tuple[Any, Any, tuple[int, ...]]] = {}
-        for module, name, buffer, value in _state(model):
+        for module, name, buffer, value in self._after(model):
             before = started.get((module, name))
             versions = _versions(value)
             if before is not None and before.value is value and before.versions == versions:
@@ -94,18 +105,29 @@ class CarriedState:
 
 def _state(model: nn.Module, empty: bool = False) -> list[tuple[str, str, bool, Any]]:
     """``(module, name, is a buffer, value)`` of every state a model holds; ``empty``: attributes holding None too
-    (a cache not filled yet)."""
+    (a cache not filled yet). A module's own dictionaries (its hooks, parameters) are passed over first: every
+    module holds some twenty attributes, and this reads them all at each forward."""
     found = []
     for prefix, sub in model.named_modules():
-        for name, value in sub._buffers.items():
-            if isinstance(value, torch.Tensor):
-                found.append((prefix, name, True, value))
+        buffers = sub._buffers
+        if buffers:
+            for name, value in buffers.items():
+                if isinstance(value, torch.Tensor):
+                    found.append((prefix, name, True, value))
         for name, value in vars(sub).items():
-            if not name.startswith("_") and (_is_state(value) or empty and type(value) in _SCALARS):
+            kind = type(value)
+            if kind in _NEVER or name.startswith("_"):
+                continue
+            if kind in _SCALARS:
+                if empty:
+                    found.append((prefix, name, False, value))
+            elif _is_state(value):
                 found.append((prefix, name, False, value))
     return found
 
 
+#: attribute types that are never a state (``_is_state``) nor a plain value: a module's hook dictionaries
+_NEVER = frozenset({dict, OrderedDict, set})
 #: plain values a forward may change too (a count of cached positions): restored to their value at the start
 _SCALARS = (type(None), int, float, bool)
 
