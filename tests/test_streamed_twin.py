@@ -19,6 +19,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import nbtrace
 from nbtrace.capture.twin import budget, stream
+from nbtrace.capture.twin.copies import copy_in
 from nbtrace.capture.twin.forward import rounded_inputs, twin_runs
 from nbtrace.capture.twin.stream import Streamed, streamed_cost
 from nbtrace.capture.twin.values import upcast
@@ -127,6 +128,47 @@ def test_a_streamed_twin_computes_what_a_whole_copy_computes(dtype):
     for kind, prints in found[False].items():
         assert prints.keys() == found[True][kind].keys()
         assert all(torch.equal(values, found[True][kind][key]) for key, values in prints.items()), kind
+
+
+def _twin_prints(model: nn.Module, ids: torch.Tensor, stream: bool) -> dict:
+    kinds = [None, "float64", "bfloat16"]
+    inputs = {kind: upcast(rounded_inputs(((ids,), {}), torch.bfloat16) if kind == "bfloat16" else ((ids,), {}), {})
+              for kind in kinds}
+    runs = twin_runs(model, inputs, "Stack", stream=stream)
+    return {kind: {(key, place): values for key, places in run.calls.items() for place, (_, values) in places.items()}
+            for kind, (run, _) in runs.items()}
+
+
+def test_a_large_embedding_and_linear_layer_are_made_in_pieces(monkeypatch):
+    """Above ``PIECE`` weights an embedding makes only the rows its ids pick (the whole copy's values bit for bit,
+    moved and rounded alike) and a linear layer its output features a piece at a time (the same up to the order of
+    float64 sums), and neither holds its whole float64 weight."""
+    torch.manual_seed(3)
+    model, ids = Stack(layers=2), torch.randint(0, 64, (2, 9))
+    whole = _twin_prints(model, ids, stream=False)
+    monkeypatch.setattr(stream, "PIECE", 1000)  # the embedding (64 x 48) and every linear layer (96 x 48) in pieces
+    made, make = [], Streamed.make
+    monkeypatch.setattr(Streamed, "make", lambda self, source, *a, **k: made.append(
+        (source.name, k.get("rows"), k.get("index") is not None)) or make(self, source, *a, **k))
+    pieces = _twin_prints(model, ids, stream=True)
+    assert ("embed.weight", None, True) in made and ("blocks.0.0.weight", (80, 96), False) in made
+    assert not any(name.startswith("blocks") and rows is None for name, rows, _ in made)
+    made_for = Streamed(model, copy_in(model, torch.float64, stream=True))
+    picked = torch.tensor([[3, 0, 15], [3, 5, 7]])
+    for kind in (None, "float64", "bfloat16"):  # a piece, or the rows picked, are the whole parameter's bit for bit
+        made_for.kind = kind
+        for source in made_for.by_placeholder.values():
+            whole_made = made_for.make(source)
+            if whole_made.dim() == 2:
+                assert torch.equal(made_for.make(source, rows=(5, 17)), whole_made[5:17]), (kind, source.name)
+                assert torch.equal(made_for.make(source, index=picked), whole_made[picked]), (kind, source.name)
+    for kind, prints in whole.items():
+        assert prints.keys() == pieces[kind].keys()
+        for (key, place), values in prints.items():
+            if key in ("Stack.embed", "Stack.positions"):
+                assert torch.equal(values, pieces[kind][key, place]), (kind, key)
+            else:
+                assert torch.allclose(values, pieces[kind][key, place], rtol=1e-12, atol=0), (kind, key, place)
 
 
 def test_auto_leaves_the_twin_out_only_where_even_streamed_it_does_not_fit(tmp_path, monkeypatch, capsys):

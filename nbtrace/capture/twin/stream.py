@@ -28,9 +28,10 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from .host_memory import HeapTrim
-from .noise import scale_by_noise
+from .noise import _NOISE_LENGTH as NOISE_LENGTH, noise, scale_by_noise
 from .offload import offloaded_values
 
 _SEQUENCES = frozenset({list, tuple})
@@ -39,6 +40,11 @@ _ALIGN = 8
 #: the host heap is trimmed whenever the resident memory grew by this share of the model's weights on the host,
 #: or by ``TRIM_LEAST`` bytes where that is more
 TRIM_SHARE, TRIM_LEAST = 16, 4 * 2**20
+#: a ``Linear``'s or an ``Embedding``'s weight of more elements than this is never made whole (a vocabulary's
+#: embedding or output head, often a fifth of a model's weights and four times that in float64): the embedding makes
+#: the rows its ids pick, the linear layer its output features in pieces of at most this many weights. By shape
+#: alone, so that two sides of a comparison cut alike
+PIECE = 2**22
 #: bytes an arena on the host has at least: above glibc's largest dynamic mmap threshold (32 MiB on 64 bits)
 _HOST_FLOOR = 32 * 2**20 + 2**16
 #: attribute set on a placeholder parameter (``is_streamed``)
@@ -135,11 +141,19 @@ class Streamed:
         #: modules whose weights outlived their forward once (a view of a weight returned): made on their own since
         self.escaped: set[int] = set()
 
-    def make(self, source: _Source, arena: bool = False) -> torch.Tensor:
+    def make(self, source: _Source, arena: bool = False, rows: tuple[int, int] | None = None,
+             index: torch.Tensor | None = None) -> torch.Tensor:
         """The float64 values of ``source``'s parameter for the run under way: from the device's arena where
-        ``arena`` and it fits, else a tensor of its own."""
+        ``arena`` and it fits, else a tensor of its own; only its rows ``rows[0]:rows[1]``, or the rows ``index``
+        picks (an embedding's lookup), where given, each moved as it is moved in the whole parameter."""
         with torch._C.DisableTorchFunction():  # detached: nothing of this is recorded for autograd
             value = source.value.detach()
+            offset = 0
+            if rows is not None:
+                offset = rows[0] * value[0].numel() if value.shape[0] else 0
+                value = value[rows[0]:rows[1]]
+            elif index is not None:
+                value = value[index.to(value.device)]
             if self.kind in self.rounded and source.weight:
                 value = value.to(getattr(torch, self.kind))
             device = torch.device(source.device) if source.device is not None else value.device
@@ -147,8 +161,12 @@ class Streamed:
             if wide is None:
                 wide = torch.empty(value.shape, dtype=torch.float64, device=device)
             wide.copy_(value)  # widened exactly, and moved where the module runs
-            if self.kind in ("float64", "constants"):
-                scale_by_noise(wide, source.start)
+            if self.kind in ("float64", "constants") and index is not None:  # each element's place in the whole
+                width = source.value[0].numel()
+                places = index.to(device).unsqueeze(-1) * width + torch.arange(width, device=device)
+                wide.mul_(_factors(device)[(places + source.start) % NOISE_LENGTH])
+            elif self.kind in ("float64", "constants"):
+                scale_by_noise(wide, source.start + offset)
         return wide
 
     def _arena(self, device: torch.device) -> _Arena:
@@ -163,6 +181,9 @@ class Streamed:
         if owned is None:
             return inner
         _, sources = owned
+        kind = _piecewise(module, _weight(sources), getattr(inner, "__func__", None))
+        if kind is not None:
+            return self._pieces(module, sources, kind)
 
         def run(*args: Any, **kwargs: Any) -> Any:
             held = module._parameters
@@ -181,6 +202,39 @@ class Streamed:
                 self._give_back(module, marks)
                 if host:
                     self.trim()
+
+        return run
+
+    def _pieces(self, module: nn.Module, sources: list[_Source], kind: str) -> Callable[..., Any]:
+        """The forward of an ``Embedding`` or a ``Linear`` whose weight is larger than ``PIECE`` elements, computed
+        without its whole float64 weight: the rows the ids pick, or the output features a piece at a time."""
+        weight = next(s for s in sources if s.key == "weight")
+        bias = next((s for s in sources if s.key == "bias"), None)
+        device = torch.device(weight.device) if weight.device is not None else weight.value.device
+
+        def run(*args: Any, **kwargs: Any) -> Any:
+            given = args[0] if args else kwargs["input"]
+            if kind == "embedding":
+                return self.make(weight, index=given)
+            out = None
+            rows = weight.value.shape[0]
+            step = _piece_rows(weight.value)
+            for start in range(0, rows, step):
+                with torch._C.DisableTorchFunction():
+                    arena = self._arena(device)
+                    mark = arena, arena.top, arena.uses()
+                    part = self.make(weight, arena=True, rows=(start, min(rows, start + step)))
+                    added = None if bias is None else self.make(bias, rows=(start, min(rows, start + step)))
+                part = F.linear(given, part, added)  # the twin's own operation, as ``Linear.forward`` makes it
+                with torch._C.DisableTorchFunction():
+                    if out is None:
+                        out = part.new_empty((*part.shape[:-1], rows))
+                    out[..., start:start + part.shape[-1]] = part
+                    del part, added
+                    self._give_back(module, {device: mark})
+            if device.type == "cpu":
+                self.trim()
+            return out
 
         return run
 
@@ -215,12 +269,48 @@ class Streamed:
 
 
 def _own_bytes(owned: dict[int, tuple[nn.Module, list[_Source]]], module: nn.Module) -> dict[torch.device, int]:
-    """Bytes per device of ``module``'s own float64 parameters, as made (``owned``: ``Streamed.owned``)."""
+    """Bytes per device of ``module``'s own float64 parameters, as made in its arena (``owned``: ``Streamed.owned``;
+    a large embedding's none, a large linear layer's one piece)."""
     found: dict[torch.device, int] = {}
-    for source in owned.get(id(module), (None, []))[1]:
+    sources = owned.get(id(module), (None, []))[1]
+    kind = _piecewise(module, _weight(sources), type(module).forward)
+    for source in sources:
         where = torch.device(source.device) if source.device is not None else source.value.device
-        found[where] = found.get(where, 0) + 8 * (-(-source.value.numel() // _ALIGN) * _ALIGN)
+        count = source.value.numel() if kind is None else 0 if kind == "embedding" or source.key != "weight" else \
+            min(source.value.shape[0], _piece_rows(source.value)) * source.value.shape[1]
+        found[where] = found.get(where, 0) + 8 * (-(-count // _ALIGN) * _ALIGN)
     return found
+
+
+def _piecewise(module: nn.Module, weight: torch.Tensor | None, forward: Any) -> str | None:
+    """"embedding" or "linear" where ``module`` runs ``Embedding``'s or ``Linear``'s own ``forward`` on a ``weight``
+    (its values) of more than ``PIECE`` elements (its float64 weight is then made in pieces, ``Streamed._pieces``),
+    else None."""
+    if weight is None or weight.dim() != 2 or weight.numel() <= PIECE:
+        return None
+    if forward is nn.Embedding.forward and getattr(module, "max_norm", 0) is None:
+        return "embedding"
+    return "linear" if forward is nn.Linear.forward else None
+
+
+def _piece_rows(weight: torch.Tensor) -> int:
+    """Rows of a large ``Linear``'s weight made at a time (``PIECE``)."""
+    return max(1, PIECE // max(1, weight.shape[1]))
+
+
+def _weight(sources: list[_Source]) -> torch.Tensor | None:
+    return next((s.value for s in sources if s.key == "weight"), None)
+
+
+def _factors(device: torch.device) -> torch.Tensor:
+    """The factors ``noise.scale_by_noise`` multiplies by, one per place of the sequence, on ``device``."""
+    found = _FACTORS.get(device)
+    if found is None:
+        found = _FACTORS[device] = 1 + 2.0**-53 * noise(NOISE_LENGTH, 0, device)
+    return found
+
+
+_FACTORS: dict[torch.device, torch.Tensor] = {}
 
 
 def _nested(module: nn.Module, own: Callable[[nn.Module], dict[torch.device, int]],
@@ -259,6 +349,12 @@ def streamed_cost(model: nn.Module) -> dict[torch.device, int]:
                 whole[where] = whole.get(where, 0) + 8 * param.numel()
                 continue
             own[where] = own.get(where, 0) + 8 * param.numel()
+        kind = _piecewise(sub, offloaded.get(id(sub._parameters.get("weight")), (sub._parameters.get("weight"),))[0],
+                          type(sub).forward)
+        if kind is not None:  # made in pieces: the rows an embedding picks (activations), a linear layer's piece
+            weight = sub._parameters["weight"]
+            own = {w: 8 * min(weight.shape[0], _piece_rows(weight)) * weight.shape[1] if kind == "linear" else 0
+                   for w in own}
         held = [t for t in sub._buffers.values() if t is not None]
         held += [v for v in vars(sub).values() if isinstance(v, torch.Tensor) and not isinstance(v, nn.Parameter)]
         for tensor in held:
