@@ -127,14 +127,24 @@ def _host_numbers(x: torch.Tensor, n: int, axes: tuple[int, ...] | None) -> torc
         torch.mul(values, signs, out=chunk)
         sums = torch.sum(rows, 0)
         chunk.zero_()
-    tail = torch.tensor((float(n), total, 0.0), dtype=torch.float64)
-    if axes is None:
-        return torch.cat((sums, tail))
-    return torch.cat((sums, tail, layout_sums(values, axes)))
+    pieces = (sums, _count(n), sumsq.view(1), _ZERO)  # the count kept, the sum of squares, none left out
+    return torch.cat(pieces if axes is None else (*pieces, layout_sums(values, axes)))
 
 
 _SQUARED_SENTINEL = SENTINEL * SENTINEL
 _LOCAL = threading.local()
+_ZERO = torch.zeros(1, dtype=torch.float64)
+#: per count of elements: that count as a one-element float64 tensor in host memory (making one costs more than a join)
+_COUNTS: dict[int, torch.Tensor] = {}
+
+
+def _count(n: int) -> torch.Tensor:
+    found = _COUNTS.get(n)
+    if found is None:
+        found = torch.tensor([float(n)], dtype=torch.float64)
+        if len(_COUNTS) < 4096:
+            _COUNTS[n] = found
+    return found
 
 
 def _scratch(rest: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
