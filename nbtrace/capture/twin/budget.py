@@ -1,7 +1,8 @@
 """Whether a model's float64 twin fits where the model lives: what ``measure_rounding="auto"`` decides by.
 
-The twin is streamed (``stream.py``): it holds the float64 weights of one module at a time, a float64 copy of every
-float buffer and tensor attribute (8 bytes an element), and the float64 activations of one forward
+The twin is streamed (``stream.py``): it holds the float64 weights of one module at a time (a large embedding's or
+linear layer's in pieces), a float64 copy of every float buffer and tensor attribute (8 bytes an element), and the
+float64 activations of one forward
 (``streamed_cost``; ``twin_cost`` is what a whole float64 copy would take). It is recorded by default when that
 takes at most half the memory free on each of the model's devices (the host's available memory for the CPU,
 ``cuda.mem_get_info`` for a GPU); otherwise, and for parameters on the meta device that no offloading hook holds,

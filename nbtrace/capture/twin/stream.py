@@ -16,7 +16,7 @@ scalars) are converted whole, as before. A module's weights are carved from one 
 (``_Arena``), made once per twin and given back last-made-first as modules return, so making and dropping weights
 allocates nothing; a module whose weight outlives its forward (it returned a view of it) leaves that buffer to what
 holds it, and its weights are made on their own from then on. On the host, the heap's free pages are given back
-whenever the resident memory grew by a sixteenth of the model's weights (``host_memory.HeapTrim``).
+whenever the resident memory grew by a 32nd of the model's weights, and when the copy's call returns (``host_memory.HeapTrim``).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ _SEQUENCES = frozenset({list, tuple})
 _ALIGN = 8
 #: the host heap is trimmed whenever the resident memory grew by this share of the model's weights on the host,
 #: or by ``TRIM_LEAST`` bytes where that is more
-TRIM_SHARE, TRIM_LEAST = 16, 4 * 2**20
+TRIM_SHARE, TRIM_LEAST = 32, 4 * 2**20
 #: a ``Linear``'s or an ``Embedding``'s weight of more elements than this is never made whole (a vocabulary's
 #: embedding or output head, often a fifth of a model's weights and four times that in float64): the embedding makes
 #: the rows its ids pick, the linear layer its output features in pieces of at most this many weights. By shape
@@ -130,13 +130,14 @@ class Streamed:
                 self.by_placeholder[id(held)] = source
             if sources:
                 self.owned[id(twin)] = (twin, sources)
+        self.wide = wide
         self.kind: str | None = None  # the run under way: None (the twin), a perturbation or a rounded run
         #: elements per device the arenas hold: the most that modules nested in the module tree hold at once
         self.needed = _nested(wide, lambda m: {d: n // 8 for d, n in _own_bytes(self.owned, m).items()})
         self.arenas: dict[torch.device, _Arena] = {}
         host = sum(s.value.numel() * s.value.element_size() for _, sources in self.owned.values() for s in sources
                    if (torch.device(s.device) if s.device is not None else s.value.device).type == "cpu")
-        #: what the host heap could not reuse, given back whenever it grew by a 16th of the model's weights there
+        #: what the host heap could not reuse, given back whenever it grew by a 32nd of the model's weights there
         self.trim = HeapTrim(max(host // TRIM_SHARE, TRIM_LEAST))
         #: modules whose weights outlived their forward once (a view of a weight returned): made on their own since
         self.escaped: set[int] = set()
@@ -177,6 +178,11 @@ class Streamed:
 
     def around(self, module: nn.Module, inner: Callable[..., Any]) -> Callable[..., Any]:
         """``inner`` (the module's forward) run with the module's own parameters made, and dropped after."""
+        if module is self.wide:
+            return self._finished(self._around(module, inner))
+        return self._around(module, inner)
+
+    def _around(self, module: nn.Module, inner: Callable[..., Any]) -> Callable[..., Any]:
         owned = self.owned.get(id(module))
         if owned is None:
             return inner
@@ -202,6 +208,20 @@ class Streamed:
                 self._give_back(module, marks)
                 if host:
                     self.trim()
+
+        return run
+
+    def _finished(self, inner: Callable[..., Any]) -> Callable[..., Any]:
+        """The copy's own call, its arenas dropped and the host heap's free pages given back when it returns: what
+        follows (the next run, the trace's own work) starts from what the twin keeps, not from what it held while
+        it ran (the copy and this object hold each other: they wait for the garbage collector, paused in the twin)."""
+
+        def run(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                self.arenas.clear()
+                self.trim(always=True)
 
         return run
 
