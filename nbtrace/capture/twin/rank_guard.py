@@ -13,6 +13,13 @@ rank enters a collective only once every rank of its group has reached it, so no
 rank will not join. When the twin's runs end, by success or failure, all ranks meet once more and leave together;
 each then knows whether a rank failed, and which, and why (the first failure posted is the one said). Point-to-point
 sends and receives are not met (their two ranks only).
+
+The collectives are seen by a torch function mode: ``torch.distributed``'s and the functional ones (a DTensor's
+redistribution in a parallel module's hooks) as the model calls them, with next to nothing added to its other
+operations (a dispatch mode saw every operation, nbtrace's own among them, and doubled a small model's twin).
+nbtrace's own collectives (a partial DTensor made whole to be fingerprinted, the shares gathered at a run's end) are
+met by ``Guard.checkpoint``. A collective a DTensor operation makes inside itself, out of any mode's sight, is not
+met.
 """
 
 from __future__ import annotations
@@ -20,39 +27,83 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.overrides import TorchFunctionMode
 
 #: the collectives' namespaces, and the operations in them that are no collective of a group
 _NAMESPACES = ("c10d", "_c10d_functional", "c10d_functional")
 _NOT_MET = {"wait_tensor", "_wrap_tensor_autograd", "send", "recv_", "recv_any_source_", "recv", "isend", "irecv"}
+#: ``torch.distributed``'s collectives, by name
+_PYTHON_COLLECTIVES = frozenset({
+    "all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "reduce_scatter",
+    "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "broadcast", "broadcast_object_list", "reduce",
+    "gather", "scatter", "barrier", "all_reduce_coalesced", "all_gather_coalesced"})
 #: how long a rank waits at a meeting for the others before it gives up (the default process group's timeout)
 WAIT_SECONDS = 1800.0
+#: how often a waiting rank looks whether another rank's twin failed (seconds)
+LOOK_SECONDS = 0.05
 
 
 class PeerFailed(RuntimeError):
     """Another rank's twin failed: this rank's run stops at its next collective instead of waiting in it."""
 
 
-class _Meetings(TorchDispatchMode):
-    """Meets each collective's group before the collective runs (see the module docstring)."""
+class _Meetings(TorchFunctionMode):
+    """Meets each collective's group before the collective runs (see the module docstring). A torch function mode:
+    it sees ``torch.distributed``'s collectives and the functional ones (a DTensor's redistribution) as they are
+    called, and none of nbtrace's own operations, which run with torch functions disabled."""
 
-    def __init__(self, store: Any, prefix: str, rank: int) -> None:
+    def __init__(self, store: Any, prefix: str) -> None:
         super().__init__()
-        self.store, self.prefix, self.rank = store, prefix, rank
+        self.store, self.prefix = store, prefix
         self.counts: dict[str, int] = {}
 
-    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
-        if func.namespace in _NAMESPACES and func._opname not in _NOT_MET:
-            group = _group(args, kwargs)
-            if group is not None:
-                name, size = group
-                count = self.counts[name] = self.counts.get(name, 0) + 1
-                meet(self.store, f"{self.prefix}/group/{name}/{count}", size, f"{self.prefix}/failed")
+        group = _collective_group(func, args, kwargs)
+        if group is not None:
+            self.meet(*group)
         return func(*args, **kwargs)
+
+    def meet(self, name: str, size: int) -> None:
+        """Meet the ``size`` ranks of the group ``name`` before its next collective."""
+        count = self.counts[name] = self.counts.get(name, 0) + 1
+        meet(self.store, f"{self.prefix}/group/{name}/{count}", size, f"{self.prefix}/failed")
+
+
+def _collective_group(func: Any, args: tuple, kwargs: dict[str, Any]) -> tuple[str, int] | None:
+    """The name and size of the group ``func`` (called with ``args``, ``kwargs``) joins as a collective; None for
+    anything else: a ``torch.distributed`` collective (its ``group``, the default one where None), a functional
+    collective or a ``c10d`` operation (the group's name, or the group, among its arguments)."""
+    dist = torch.distributed
+    operator = _operator(func)
+    if operator is not None:  # torch.ops._c10d_functional.all_reduce, c10d.allreduce_.default, ...
+        namespace, name = operator
+        if namespace not in _NAMESPACES or name in _NOT_MET:
+            return None
+        return _group(args, kwargs)
+    if getattr(func, "__module__", None) != "torch.distributed.distributed_c10d" or \
+            getattr(func, "__name__", None) not in _PYTHON_COLLECTIVES:
+        return None
+    group = kwargs.get("group", next((a for a in args if isinstance(a, dist.ProcessGroup)), None))
+    if group is None:
+        group = dist.distributed_c10d._get_default_group()
+    return group.group_name, dist.get_world_size(group)
+
+
+def _operator(func: Any) -> tuple[str, str] | None:
+    """``(namespace, name)`` of an operator (``("_c10d_functional", "all_reduce")`` for the packet
+    ``torch.ops._c10d_functional.all_reduce`` and its overloads), or None for anything else."""
+    qualified = getattr(func, "_qualified_op_name", None)  # an OpOverloadPacket
+    if qualified is None:
+        qualified = getattr(getattr(func, "_schema", None), "name", None)  # an OpOverload
+    if not isinstance(qualified, str) or "::" not in qualified:
+        return None
+    namespace, name = qualified.split("::", 1)
+    return namespace, name
 
 
 def _group(args: tuple, kwargs: dict[str, Any]) -> tuple[str, int] | None:
@@ -61,6 +112,8 @@ def _group(args: tuple, kwargs: dict[str, Any]) -> tuple[str, int] | None:
     dist = torch.distributed
     values = list(args) + list(kwargs.values())
     for value in values:
+        if isinstance(value, dist.ProcessGroup):
+            return value.group_name, value.size()
         if type(value).__name__ == "ScriptObject":
             try:
                 group = dist.ProcessGroup.unbox(value)
@@ -79,16 +132,25 @@ def _group(args: tuple, kwargs: dict[str, Any]) -> tuple[str, int] | None:
 
 def meet(store: Any, key: str, size: int, failed: str | None) -> None:
     """Add this rank to the meeting ``key`` and wait until ``size`` ranks are there; ``failed``: the key a failed
-    rank posts, which ends the wait with ``PeerFailed`` (None: a meeting every rank comes to, failed or not)."""
-    store.add(key, 1)
-    deadline, pause = time.monotonic() + WAIT_SECONDS, 0.0002
-    while store.add(key, 0) < size:
+    rank posts, which ends the wait with ``PeerFailed`` (None: a meeting every rank comes to, failed or not).
+
+    The last rank to arrive sets ``<key>/all``, which the others wait for in the store (no polling: they go on the
+    moment it is set), looking for ``failed`` every ``LOOK_SECONDS`` of their wait."""
+    done = f"{key}/all"
+    if store.add(key, 1) >= size:
+        store.set(done, "1")
+        return
+    deadline = time.monotonic() + WAIT_SECONDS
+    while True:
+        try:
+            store.wait([done], timedelta(seconds=LOOK_SECONDS))
+            return
+        except RuntimeError:  # not yet (the store's timeout): has a rank failed?
+            pass
         if failed is not None and store.check([failed]):
             raise PeerFailed(store.get(failed).decode(errors="replace"))
         if time.monotonic() > deadline:
             raise RuntimeError(f"nbtrace: the ranks' float64 twins waited {WAIT_SECONDS:g} s for each other at {key}")
-        time.sleep(pause)
-        pause = min(pause * 2, 0.01)
 
 
 class Guard:
@@ -97,6 +159,7 @@ class Guard:
     def __init__(self, store: Any, block: str, rank: int, world: int) -> None:
         self.store, self.block, self.rank, self.world = store, block, rank, world
         self.sections = 0
+        self.meetings: _Meetings | None = None  # those of the section under way
         self._spent: list[list[str]] = []  # the keys of earlier sections, deleted two sections later
 
     @contextmanager
@@ -107,27 +170,42 @@ class Guard:
         self.sections += 1
         prefix = f"nbtrace/twin/guard/{self.block}/{self.sections}"
         failed = f"{prefix}/failed"
-        meetings = _Meetings(self.store, prefix, self.rank)
+        meetings = _Meetings(self.store, prefix)
+        self.meetings = meetings
         try:
             with meetings:
                 yield
         except PeerFailed:
+            self.meetings = None
             meet(self.store, f"{prefix}/end", self.world, None)
             raise
         except BaseException as exc:
+            self.meetings = None
             self.store.compare_set(failed, "", f"rank {self.rank}: {type(exc).__name__}: {exc}"[:500])
             meet(self.store, f"{prefix}/end", self.world, None)
             raise
+        self.meetings = None
         meet(self.store, f"{prefix}/end", self.world, None)
         if self.store.check([failed]):  # a rank failed after its last collective: every rank says so
             raise PeerFailed(self.store.get(failed).decode(errors="replace"))
         self._forget(prefix, meetings)
 
+    def checkpoint(self, group: Any = None) -> None:
+        """Meet the ranks of ``group`` (every rank where None) before one of nbtrace's own collectives in a run (a
+        partial DTensor made whole to be fingerprinted, the pieces' shares gathered at its end), as before the
+        model's; they run with torch functions disabled, out of the meetings' sight. A no-op outside ``guarded``."""
+        if self.meetings is not None:
+            if group is None:
+                self.meetings.meet("nbtrace", self.world)
+            else:
+                self.meetings.meet(group.group_name, torch.distributed.get_world_size(group))
+
     def _forget(self, prefix: str, meetings: _Meetings) -> None:
         """Delete the keys of the section before the last (every rank has left it: they all reached the last one's
         end), so a long generation does not fill the store."""
-        keys = [f"{prefix}/end", f"{prefix}/failed"]
-        keys += [f"{prefix}/group/{name}/{n}" for name, count in meetings.counts.items() for n in range(1, count + 1)]
+        keys = [f"{prefix}/end", f"{prefix}/end/all", f"{prefix}/failed"]
+        keys += [f"{prefix}/group/{name}/{n}{end}" for name, count in meetings.counts.items()
+                 for n in range(1, count + 1) for end in ("", "/all")]
         self._spent.append(keys)
         if len(self._spent) > 2:
             old = self._spent.pop(0)

@@ -181,6 +181,10 @@ class RankTwin:
 
         mesh, placements = value.device_mesh, list(value.placements)
         if any(p.is_partial() for p in placements):  # a partial sum is made whole by its own collective
+            if self.guard is not None:  # met first, as the model's collectives are (rank_guard.py)
+                for dim, p in enumerate(placements):
+                    if p.is_partial():
+                        self.guard.checkpoint(mesh.get_group(dim))
             placements = [Replicate() if p.is_partial() else p for p in placements]
             value = value.redistribute(mesh, placements)
         local = value.to_local()
@@ -204,6 +208,8 @@ class RankTwin:
         twin run, kept for its perturbed runs) replaced in ``run`` by its readings."""
         pieces, self._pieces = self._pieces, []
         rows = [row for piece in pieces for row in piece.rows]
+        if self.guard is not None:  # no rank enters the gathers below while another's run failed (rank_guard.py)
+            self.guard.checkpoint()
         counts = _gather(torch.tensor([float(len(rows))], dtype=torch.float64)).reshape(-1).tolist()
         if len(set(counts)) != 1:
             raise RuntimeError(f"the ranks' float64 twins fingerprinted {', '.join(str(int(c)) for c in counts)} "
