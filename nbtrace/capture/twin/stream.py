@@ -35,8 +35,9 @@ from .noise import _NOISE_LENGTH as NOISE_LENGTH, noise, scale_by_noise
 from .offload import offloaded_values
 
 _SEQUENCES = frozenset({list, tuple})
-#: float64 elements each arena tensor is aligned to: 64 bytes, as torch aligns a tensor of its own on the host
-_ALIGN = 8
+#: float64 elements each arena tensor is aligned to: 512 bytes, as torch's CUDA allocator aligns a tensor of its own
+#: (64 on the host): a kernel that chooses its path by alignment chooses it as for a weight made on its own
+_ALIGN = 64
 #: the host heap is trimmed whenever the resident memory grew by this share of the model's weights on the host,
 #: or by ``TRIM_LEAST`` bytes where that is more
 TRIM_SHARE, TRIM_LEAST = 32, 4 * 2**20
