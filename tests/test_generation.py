@@ -291,3 +291,15 @@ def test_tokens_of_a_model_without_an_lm_head_come_from_its_logits_output(tmp_pa
         model(ids)
     # a single forward has no run record, and its last module (mix) does not make logits: no guess
     assert nbtrace.compare([single.trace], [single.trace]).steps[0].tokens == (None, None)
+
+
+def test_a_traced_generation_keeps_one_float64_cache_per_run_not_every_steps_output(reference, prompt, tmp_path):
+    """The twin carries each run's float64 KV cache from step to step; the steps' outputs (their float64 logits) are
+    not kept for the rest of the block: a long generation's memory stays flat."""
+    with nbtrace.trace(reference, tmp_path / "run") as rec, torch.no_grad():
+        reference.generate(prompt, max_new_tokens=6, do_sample=False, use_cache=True)
+    assert len(rec.traces) == 6
+    held = rec.rounding.twin.known
+    for kind in (None, "float64", "bfloat16"):
+        kept = [type(twin).__name__ for _, twin in held[kind].values()]
+        assert kept == ["DynamicCache"], (kind, kept)

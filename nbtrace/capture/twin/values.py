@@ -46,8 +46,15 @@ def remember(known: dict[int, tuple[Any, Any]], value: Any, twin: Any, depth: in
             remember(known, item, other, depth - 1)
         if type(value) in (list, tuple):
             return
-    if type(value) is type(twin) and value is not twin:
+    if type(value) is type(twin) and value is not twin and not _is_model_output(value):
         known[id(value)] = (value, twin)
+
+
+def _is_model_output(value: Any) -> bool:
+    """A transformers ``ModelOutput`` (a forward's result, never handed to the next forward: its cache is, and is
+    remembered on its own). Kept, each step's would stay in ``known`` for the rest of the block with its float64
+    logits: a generation's memory growing by one vocabulary's worth per step and run."""
+    return any(cls.__name__ == "ModelOutput" for cls in type(value).__mro__)
 
 
 def _up(value: Any, memo: dict[int, Any], known: dict[int, tuple[Any, Any]] | None) -> Any:
