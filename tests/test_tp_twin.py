@@ -102,7 +102,7 @@ def test_on_four_ranks_too(folders, tmp_path_factory):
 
 def test_every_rank_ran_every_variant_and_a_rank_tracing_alone_waits_for_no_one(folders):
     seconds = [json.loads((folders / f"seconds_rank{rank}.json").read_text()) for rank in (0, 1)]
-    failed = {"fails_dtensor", "fails_megatron"}  # the blocks whose twin fails on rank 1 (test below)
+    failed = {"fails_dtensor", "fails_megatron", "cost"}  # the blocks whose twin fails on rank 1, the cost (below)
     assert set(seconds[0]) == set(VARIANTS) | {"alone", "warnings"} | failed
     assert set(seconds[1]) == set(VARIANTS) | {"warnings"} | failed
     assert 1.0 <= seconds[0]["alone"] < 30  # it waited for the others as long as it was told, then went on alone
@@ -146,3 +146,12 @@ def test_a_twin_that_fails_on_one_rank_stops_on_every_rank_and_the_run_goes_on(f
         said = trace.sidecar["twin"]["skipped"]
         assert said.startswith("the float64 twin failed on rank 1: RuntimeError: no float64 kernel here"), said
         assert trace.twin is None or not trace.twin.calls
+
+
+def test_auto_counts_a_dtensor_weight_by_the_piece_each_rank_holds(folders):
+    """The streamed twin's cost ``"auto"`` decides by counts each DTensor weight as this rank's float64 copy holds it:
+    its piece (half of it on 2 ranks), not the whole, which left the twin out of a tensor-parallel model that fits."""
+    for rank in (0, 1):
+        cost = json.loads((folders / f"seconds_rank{rank}.json").read_text())["cost"]
+        assert cost["pieces"] * 2 == cost["whole"] > 0
+        assert cost["pieces"] <= cost["streamed"] < cost["whole"], cost

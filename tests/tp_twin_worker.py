@@ -59,6 +59,7 @@ def main(out: Path, names: list[str] | None = None) -> None:
             model(x)
         seconds[name] = round(time.perf_counter() - started, 3)
     if names is None:
+        seconds["cost"] = _streamed_cost(reference, mesh)
         for split in ("dtensor", "megatron"):
             seconds[f"fails_{split}"] = _one_rank_fails(reference, x, mesh, split, out / f"fails_{split}")
     if names is None:  # measure_rounding=True re-runs calls on the recording rank alone: only the twin, said
@@ -85,6 +86,18 @@ def main(out: Path, names: list[str] | None = None) -> None:
     (out / f"seconds_rank{dist.get_rank()}.json").write_text(json.dumps(seconds))
     dist.barrier()
     dist.destroy_process_group()
+
+
+def _streamed_cost(reference, mesh) -> dict:
+    """What ``"auto"`` counts for the DTensor split's streamed twin on this rank, beside its DTensor weights' bytes
+    in float64, whole and as this rank's pieces."""
+    from nbtrace.capture.twin.stream import streamed_cost
+    from torch.distributed.tensor import DTensor
+
+    model = tm.build_dtensor_tp(reference, mesh)
+    sharded = [p for p in model.parameters() if isinstance(p, DTensor)]
+    return {"streamed": sum(streamed_cost(model).values()), "whole": 8 * sum(p.numel() for p in sharded),
+            "pieces": 8 * sum(p.to_local().numel() for p in sharded)}
 
 
 class _FailsOnRank1(torch.nn.Module):

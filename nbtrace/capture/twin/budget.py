@@ -7,7 +7,8 @@ float64 activations of one forward
 takes at most half the memory free on each of the model's devices (the host's available memory for the CPU,
 ``cuda.mem_get_info`` for a GPU); otherwise, and for parameters on the meta device that no offloading hook holds,
 it is not, and the trace says why in one line. Under ``torch.distributed`` with several ranks each rank asks this
-of its own copy (a DTensor parameter counted whole: an upper bound) and the ranks decide together
+of its own copy (a DTensor parameter by the piece the rank holds, as its float64 copy holds it) and the ranks
+decide together
 (``ranks.decide_together``).
 """
 
@@ -21,7 +22,7 @@ from torch import nn
 
 from .host_memory import SHARE, available_host_memory
 from .offload import offloaded_values
-from .stream import streamed_cost
+from .stream import local_numel, streamed_cost
 
 
 def twin_cost(model: nn.Module, offloaded: dict[int, tuple[torch.Tensor, Any]] | None = None
@@ -37,7 +38,7 @@ def twin_cost(model: nn.Module, offloaded: dict[int, tuple[torch.Tensor, Any]] |
         seen.add(id(tensor))
         value, device = offloaded.get(id(tensor), (tensor, None))  # an offloaded one: where its module runs
         where = torch.device(device) if device is not None else value.device
-        cost[where] = cost.get(where, 0) + 8 * tensor.numel()
+        cost[where] = cost.get(where, 0) + 8 * local_numel(tensor)
     return cost
 
 

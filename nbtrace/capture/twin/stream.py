@@ -350,10 +350,18 @@ def _nested(module: nn.Module, own: Callable[[nn.Module], dict[torch.device, int
     return total
 
 
+def local_numel(tensor: torch.Tensor) -> int:
+    """Elements this rank holds of ``tensor``: a DTensor's local piece (its float64 copy is a DTensor of pieces as
+    large), a plain tensor's all."""
+    local = getattr(tensor, "to_local", None)
+    return local().numel() if callable(local) else tensor.numel()
+
+
 def streamed_cost(model: nn.Module) -> dict[torch.device, int]:
     """Bytes a streamed twin holds per device at most, activations aside: the float64 parameters of the modules
     nested in each other that hold the most (the largest single module, mostly), and every float buffer, tensor
-    attribute and parameter that is not a plain tensor (a DTensor, counted whole) in float64 (converted whole)."""
+    attribute and parameter that is not a plain tensor (a DTensor, by the piece this rank holds) in float64
+    (converted whole)."""
     offloaded = offloaded_values(model)
     owns: dict[int, dict[torch.device, int]] = {}
     whole: dict[torch.device, int] = {}
@@ -367,7 +375,7 @@ def streamed_cost(model: nn.Module) -> dict[torch.device, int]:
             where = torch.device(device) if device is not None else value.device
             if type(value) not in (torch.Tensor, nn.Parameter) and id(param) not in seen:  # a DTensor: copied whole
                 seen.add(id(param))
-                whole[where] = whole.get(where, 0) + 8 * param.numel()
+                whole[where] = whole.get(where, 0) + 8 * local_numel(param)
                 continue
             own[where] = own.get(where, 0) + 8 * param.numel()
         kind = _piecewise(sub, offloaded.get(id(sub._parameters.get("weight")), (sub._parameters.get("weight"),))[0],
