@@ -135,7 +135,8 @@ _INT_VIEW = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 def twin_runs(model: nn.Module, inputs: dict[str | None, tuple[tuple, dict[str, Any]]], class_name: str,
               valid: torch.Tensor | None = None, observe: Callable[[str, Any], None] | None = None,
               run: Callable[..., Any] | None = None, carried: CarriedState | None = None,
-              ranks: RankTwin | None = None, stream: bool = False) -> dict[str | None, tuple[TwinRun, Any]]:
+              ranks: RankTwin | None = None, stream: bool = False,
+              keep: Callable[[str | None, Any], None] | None = None) -> dict[str | None, tuple[TwinRun, Any]]:
     """Run ``model``'s float64 twin once per entry of ``inputs`` (kind -> its inputs already in float64,
     ``values.upcast``): ``None`` the twin, then the perturbed run (``"float64"``: the weights and the constants moved
     at once) and the rounded runs (``ROUNDED``) on the same copy, changed in place one after the other. Returns kind
@@ -143,10 +144,12 @@ def twin_runs(model: nn.Module, inputs: dict[str | None, tuple[tuple, dict[str, 
     ``run(model, *args, **kwargs)`` calls the copy when given; ``carried`` starts each run from the state the model's
     attributes held when the forward began, in float64 (``state.py``); ``ranks``: this rank's part where several ranks
     run their twins together (``ranks.py``), every run finished on all of them; ``stream``: no whole float64 copy,
-    each module's float64 weights made as it runs (``stream.py``)."""
+    each module's float64 weights made as it runs (``stream.py``); ``keep(kind, output)``: handed each run's output
+    as the run ends, which is then not kept (the result holds None): a run's float64 logits and KV cache are not held
+    while the next run makes its own."""
     with collector_paused():  # its passes over the whole trace's objects cost more than a run on a large model
         try:
-            return _twin_runs(model, inputs, class_name, valid, observe, run, carried, ranks, stream)
+            return _twin_runs(model, inputs, class_name, valid, observe, run, carried, ranks, stream, keep)
         finally:
             if carried is not None:
                 carried.after = None  # the model's state after this forward (``state.py``): the next reads its own
@@ -154,8 +157,8 @@ def twin_runs(model: nn.Module, inputs: dict[str | None, tuple[tuple, dict[str, 
 
 def _twin_runs(model: nn.Module, inputs: dict[str | None, tuple[tuple, dict[str, Any]]], class_name: str,
                valid: torch.Tensor | None, observe: Callable[[str, Any], None] | None, run: Callable[..., Any] | None,
-               carried: CarriedState | None, ranks: RankTwin | None,
-               stream: bool) -> dict[str | None, tuple[TwinRun, Any]]:
+               carried: CarriedState | None, ranks: RankTwin | None, stream: bool,
+               keep: Callable[[str | None, Any], None] | None = None) -> dict[str | None, tuple[TwinRun, Any]]:
     seen_through = unrounded_buffers(model)  # once per forward, for the copy and the constants' perturbation
     wide = copy_in(model, torch.float64, seen_through, stream=stream)
     streamed = Streamed(model, wide) if stream else None
@@ -191,6 +194,9 @@ def _twin_runs(model: nn.Module, inputs: dict[str | None, tuple[tuple, dict[str,
                     state.observe(class_name, out)
         if ranks is not None:
             ranks.finish(state.result, kind)
+        if keep is not None:
+            keep(kind, out)
+            out = None
         results[kind] = state.result, out
         if carried is not None:
             carried.keep(model, wide, kind)

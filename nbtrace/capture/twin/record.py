@@ -221,9 +221,8 @@ class TwinRecorder:
         try:
             with guard.guarded() if guard is not None else nullcontext():  # ranks stop together (rank_guard.py)
                 runs = twin_runs(self.model, start.inputs, self.class_name, start.valid, observe,
-                                 carried=self.carried, ranks=self.ranks, stream=self.stream)
-            for kind, (_, wide_out) in runs.items():
-                remember(self.known[kind], out, wide_out)
+                                 carried=self.carried, ranks=self.ranks, stream=self.stream,
+                                 keep=lambda kind, wide_out: remember(self.known[kind], out, wide_out))
         except PeerFailed as exc:  # another rank's twin failed: none has it (they run together)
             numbers.problem = f"the float64 twin failed on {exc}; the ranks run it together, so none records it"
             return numbers
