@@ -298,8 +298,18 @@ def test_a_traced_generation_keeps_one_float64_cache_per_run_not_every_steps_out
     not kept for the rest of the block: a long generation's memory stays flat."""
     with nbtrace.trace(reference, tmp_path / "run") as rec, torch.no_grad():
         reference.generate(prompt, max_new_tokens=6, do_sample=False, use_cache=True)
+        held = {kind: [type(twin).__name__ for _, twin in found.values()]
+                for kind, found in rec.rounding.twin.known.items()}  # before the block ends (then released)
     assert len(rec.traces) == 6
-    held = rec.rounding.twin.known
     for kind in (None, "float64", "bfloat16"):
-        kept = [type(twin).__name__ for _, twin in held[kind].values()]
-        assert kept == ["DynamicCache"], (kind, kept)
+        assert held[kind] == ["DynamicCache"], (kind, held[kind])
+
+
+def test_a_recorder_kept_after_its_block_holds_no_float64_cache(reference, prompt, tmp_path):
+    """Once the block has ended no forward continues from the twins' caches: a Recorder kept in a notebook does not
+    hold three float64 KV caches for the rest of the session."""
+    with nbtrace.trace(reference, tmp_path / "run") as rec, torch.no_grad():
+        reference(prompt, use_cache=True)
+        during = {kind: len(found) for kind, found in rec.rounding.twin.known.items() if found}
+    assert set(during) == {None, "float64", "bfloat16"}  # the twin, the perturbed and the rounded run's caches
+    assert not any(rec.rounding.twin.known.values()) and rec.traces

@@ -218,6 +218,7 @@ def trace(
         meter.twin.skipped = skipped
         meter.twin.ranks = RankTwin() if together else None
     patch = _Patch()
+    follower: TwinRecorder | None = None  # a rank that records nothing still runs its twin (below)
     if backward and records:
         recorder.backward = BackwardCapture(recorder)
     try:
@@ -239,6 +240,9 @@ def trace(
         yield recorder
     finally:
         patch.restore()
+        for twin in (meter.twin if meter is not None else None, follower):
+            if twin is not None:
+                twin.release()  # no forward of this block comes: its float64 caches are not kept with the Recorder
         if recorder.backward is not None:
             recorder.backward.close(clean=sys.exc_info()[0] is None)
 

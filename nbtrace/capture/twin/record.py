@@ -116,6 +116,13 @@ class TwinRecorder:
         narrow = any(getattr(torch, head.split(":", 1)[0]).itemsize < 4 for head, _ in self._constants)
         return [None, "float64"] + (["constants"] if narrow else []) + self._rounded
 
+    def release(self) -> None:
+        """Let go of what carries the twin from one forward to the next (each run's float64 KV cache, the model's
+        state), once the block has ended: no forward will continue from it, and a Recorder kept in a notebook would
+        hold it."""
+        self.known = {kind: {} for kind in self.known}
+        self.carried = CarriedState()
+
     def digests(self) -> list[str]:
         """The constants' digests (sorted), once the forward that computed them has reached the host."""
         if self._digests is None and self._constant_slots is not None:
