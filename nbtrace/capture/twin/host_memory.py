@@ -37,12 +37,24 @@ _TRIM = _glibc_trim()
 
 
 def resident_bytes() -> int | None:
-    """This process's resident memory now (``/proc/self/statm``); None where it cannot be told."""
+    """This process's resident memory now (``/proc/self/statm``); None where it cannot be told. Read through one
+    descriptor kept per process (about 1.5 us where opening the file each time took 13-35: the streamed twin asks
+    at every module's call)."""
     try:
-        with open("/proc/self/statm", encoding="ascii") as handle:
-            return int(handle.read().split()[1]) * _PAGE
+        return int(os.pread(_statm(), 128, 0).split()[1]) * _PAGE
     except (OSError, ValueError, IndexError):
         return None
+
+
+_STATM: list[int] = []  # [process id, descriptor]
+
+
+def _statm() -> int:
+    """The descriptor of this process's ``/proc/self/statm``, opened once per process (a forked child opens its own:
+    the parent's would read the parent)."""
+    if not _STATM or _STATM[0] != os.getpid():
+        _STATM[:] = [os.getpid(), os.open("/proc/self/statm", os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))]
+    return _STATM[1]
 
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
