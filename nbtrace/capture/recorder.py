@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..core.collector import older_objects_frozen
 from ..core.generation import GENERATION_SECTION
 from ..core.measured import NUMERICS_SECTION, ROUNDING_SECTION
 from ..core.ranks import SECTION as DISTRIBUTED
@@ -150,14 +151,15 @@ class Recorder:
         __tracebackhide__ = True
         if self._run is not None:  # the model re-entered its own forward: record it as a call
             return self.call_module(self._site, forward, args, kwargs)
-        return self._forward(forward, args, kwargs, self._top_site, self.class_name, self.model)
+        with older_objects_frozen():  # the collector's passes over every older object: a third of a large trace
+            return self._forward(forward, args, kwargs, self._top_site, self.class_name, self.model)
 
     def call_outside(self, site: Site, forward: Callable, args: tuple, kwargs: dict[str, Any]) -> Any:
         """A module of the model called while none of its forwards runs (the encoder an encoder-decoder's
         ``generate`` runs once before the decoder's steps): recorded as a forward of its own, rooted at that
         module (its path, ``Model.model.encoder``), with its own float64 twin, between the model's forwards."""
         __tracebackhide__ = True
-        with torch.set_grad_enabled(self.backward is not None and torch.is_grad_enabled()):  # as inside the model's
+        with torch.set_grad_enabled(self.backward is not None and torch.is_grad_enabled()), older_objects_frozen():
             return self._forward(forward, args, kwargs, Site(site.path, True), site.path,
                                  getattr(forward, "__self__", None))
 
