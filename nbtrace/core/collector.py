@@ -33,7 +33,7 @@ def collector_paused() -> Iterator[None]:
         yield
     finally:
         if was_enabled:
-            if gc.get_freeze_count() == 0:
+            if not _FROZEN and gc.get_freeze_count() == 0:  # counting the frozen walks them all: asked only here
                 gc.freeze()
                 gc.unfreeze()
             gc.enable()
@@ -44,11 +44,18 @@ def older_objects_frozen() -> Iterator[None]:
     """The objects that exist when the block starts (two traces and their data flows: millions) left out of the
     collector's scans inside it (``gc.freeze``; undone afterwards, also on an exception): each full collection
     walked them all, some 3 s of a 20,000-call replay. A process that froze objects itself is left as it is."""
-    if gc.get_freeze_count():
+    if _FROZEN or gc.get_freeze_count():
         yield
         return
     gc.freeze()
+    _FROZEN.append(True)
     try:
         yield
     finally:
+        _FROZEN.clear()
         gc.unfreeze()
+
+
+#: non-empty while ``older_objects_frozen`` holds objects frozen: ``gc.get_freeze_count`` walks every frozen object
+#: (a million in a large trace: 30 ms a call), so the blocks inside it ask this instead
+_FROZEN: list[bool] = []
