@@ -171,35 +171,39 @@ def _twin_runs(model: nn.Module, inputs: dict[str | None, tuple[tuple, dict[str,
         module.__dict__["forward"] = _collector(f"{class_name}.{name}", inner, counts, state)
     call = (run or _call) if streamed is None else streamed.around(wide, functools.partial(run or _call, wide))
     results: dict[str | None, tuple[TwinRun, Any]] = {}
-    for kind, (args, kwargs) in inputs.items():
-        if carried is not None:
-            carried.restore(model, wide, kind)
-        if kind is not None:  # the constants move with the weights unless a run of their own follows
-            _perturb(model, wide, kind, seen_through, with_constants="constants" not in inputs)
-        counts.clear()
-        state.begin(observe if kind is None else None)
-        state.layout = kind is None or kind in ROUNDED  # a perturbed run's fingerprints meet only the twin's
-        with float64_twin() as mode:
-            state.mode = mode
-            if streamed is not None:
-                streamed.kind, mode.resolve = kind, streamed.resolve
-            state.result.events.append("(" + class_name)
-            with torch._C.DisableTorchFunction():
-                root = _prints_of_inputs(args, kwargs, state)
-            out = call(wide, *args, **kwargs) if streamed is None else call(*args, **kwargs)
-            with torch._C.DisableTorchFunction():
-                root.update(_prints_of_output(out, state))
-                _note(state, class_name, root)
-                if state.observe is not None:
-                    state.observe(class_name, out)
-        if ranks is not None:
-            ranks.finish(state.result, kind)
-        if keep is not None:
-            keep(kind, out)
-            out = None
-        results[kind] = state.result, out
-        if carried is not None:
-            carried.keep(model, wide, kind)
+    try:
+        for kind, (args, kwargs) in inputs.items():
+            if carried is not None:
+                carried.restore(model, wide, kind)
+            if kind is not None:  # the constants move with the weights unless a run of their own follows
+                _perturb(model, wide, kind, seen_through, with_constants="constants" not in inputs)
+            counts.clear()
+            state.begin(observe if kind is None else None)
+            state.layout = kind is None or kind in ROUNDED  # a perturbed run's fingerprints meet only the twin's
+            with float64_twin() as mode:
+                state.mode = mode
+                if streamed is not None:
+                    streamed.kind, mode.resolve = kind, streamed.resolve
+                state.result.events.append("(" + class_name)
+                with torch._C.DisableTorchFunction():
+                    root = _prints_of_inputs(args, kwargs, state)
+                out = call(wide, *args, **kwargs) if streamed is None else call(*args, **kwargs)
+                with torch._C.DisableTorchFunction():
+                    root.update(_prints_of_output(out, state))
+                    _note(state, class_name, root)
+                    if state.observe is not None:
+                        state.observe(class_name, out)
+            if ranks is not None:
+                ranks.finish(state.result, kind)
+            if keep is not None:
+                keep(kind, out)
+                out = None
+            results[kind] = state.result, out
+            if carried is not None:
+                carried.keep(model, wide, kind)
+    finally:
+        if streamed is not None:
+            streamed.release()  # its arenas: the runs are over
     return results
 
 

@@ -16,7 +16,9 @@ scalars) are converted whole, as before. A module's weights are carved from one 
 (``_Arena``), made once per twin and given back last-made-first as modules return, so making and dropping weights
 allocates nothing; a module whose weight outlives its forward (it returned a view of it) leaves that buffer to what
 holds it, and its weights are made on their own from then on. On the host, the heap's free pages are given back
-whenever the resident memory grew by a 32nd of the model's weights, and when the copy's call returns (``host_memory.HeapTrim``).
+whenever the resident memory grew by a 32nd of the model's weights (16 MiB at least: a trim walks the heap, and
+trims every few MiB cost a small model's twin a twentieth of its time), and when the forward's runs are over
+(``host_memory.HeapTrim``, ``Streamed.release``).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ _SEQUENCES = frozenset({list, tuple})
 _ALIGN = 64
 #: the host heap is trimmed whenever the resident memory grew by this share of the model's weights on the host,
 #: or by ``TRIM_LEAST`` bytes where that is more
-TRIM_SHARE, TRIM_LEAST = 32, 4 * 2**20
+TRIM_SHARE, TRIM_LEAST = 32, 16 * 2**20
 #: a ``Linear``'s or an ``Embedding``'s weight of more elements than this is never made whole (a vocabulary's
 #: embedding or output head, often a fifth of a model's weights and four times that in float64): the embedding makes
 #: the rows its ids pick, the linear layer its output features in pieces of at most this many weights. By shape
@@ -179,8 +181,6 @@ class Streamed:
 
     def around(self, module: nn.Module, inner: Callable[..., Any]) -> Callable[..., Any]:
         """``inner`` (the module's forward) run with the module's own parameters made, and dropped after."""
-        if module is self.wide:
-            return self._finished(self._around(module, inner))
         return self._around(module, inner)
 
     def _around(self, module: nn.Module, inner: Callable[..., Any]) -> Callable[..., Any]:
@@ -212,19 +212,13 @@ class Streamed:
 
         return run
 
-    def _finished(self, inner: Callable[..., Any]) -> Callable[..., Any]:
-        """The copy's own call, its arenas dropped and the host heap's free pages given back when it returns: what
-        follows (the next run, the trace's own work) starts from what the twin keeps, not from what it held while
-        it ran (the copy and this object hold each other: they wait for the garbage collector, paused in the twin)."""
-
-        def run(*args: Any, **kwargs: Any) -> Any:
-            try:
-                return inner(*args, **kwargs)
-            finally:
-                self.arenas.clear()
-                self.trim(always=True)
-
-        return run
+    def release(self) -> None:
+        """Drop the arenas and give the host heap's free pages back, once the forward's runs are over: the trace's own
+        work after them starts from what the twin keeps (the copy and this object hold each other and would wait for
+        the garbage collector, paused in the twin). Not between runs: the next run carves the same weights from the
+        same arenas and reuses what the last one freed in the heap (a trim there cost each run a few ms)."""
+        self.arenas.clear()
+        self.trim(always=True)
 
     def _pieces(self, module: nn.Module, sources: list[_Source], kind: str) -> Callable[..., Any]:
         """The forward of an ``Embedding`` or a ``Linear`` whose weight is larger than ``PIECE`` elements, computed
