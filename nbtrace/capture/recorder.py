@@ -1,8 +1,7 @@
 """The Recorder: turns the module calls of each top-level forward into a call tree, files and a Trace.
 
-``context.py`` routes every wrapped ``forward`` here (``call_module``/``call_top``).
-Submodule calls run under ``torch.no_grad()``; the top-level forward runs in the
-caller's grad mode.
+``context.py`` routes every wrapped ``forward`` here (``call_module``/``call_top``). Submodule calls run under
+``torch.no_grad()``; the top-level forward runs in the caller's grad mode.
 """
 
 from __future__ import annotations
@@ -51,9 +50,8 @@ _set_grad_enabled = torch._C._set_grad_enabled
 class Recorder:
     """What ``nbtrace.trace`` yields: the traces recorded inside the block.
 
-    ``trace`` is the last completed top-level forward (None before one
-    completes); ``traces`` holds every top-level forward, in order (earlier
-    ones are read back from their files on access: see ``recorded.py``).
+    ``trace`` is the last completed top-level forward (None before one completes); ``traces`` holds every
+    top-level forward, in order (earlier ones are read back from their files on access: see ``recorded.py``).
     """
 
     def __init__(
