@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from tests.library_support import require_library
+from tests.models.library_weights import flax_batch_norm
 
 LABELS = 10
 ROOT = "ResNet"
@@ -38,14 +39,8 @@ def original(seed: int):
     rng = np.random.default_rng(seed)
 
     def drawn(path, leaf):
-        name = jax.tree_util.keystr(path)
-        if "'scale'" in name:
-            return np.asarray(rng.uniform(0.5, 1.5, leaf.shape), np.float32)
-        if "'bias'" in name and "BatchNorm" in name or "'mean'" in name:
-            return np.asarray(rng.normal(0.0, 0.1, leaf.shape), np.float32)
-        if "'var'" in name:
-            return np.asarray(rng.uniform(0.5, 1.5, leaf.shape), np.float32)
-        return np.asarray(leaf)
+        norm = flax_batch_norm(jax.tree_util.keystr(path), leaf.shape, rng)
+        return norm if norm is not None else np.asarray(leaf)
 
     return model, jax.tree_util.tree_map_with_path(drawn, jax.device_get(variables))
 

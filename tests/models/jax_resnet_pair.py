@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from tests.library_support import require_library
+from tests.models.library_weights import flax_batch_norm
 
 LABELS = 10
 WIDTHS = (16, 32, 48, 64)
@@ -45,12 +46,9 @@ def original(seed: int):
 
     def drawn(path, leaf):
         name = jax.tree_util.keystr(path)
-        if "'scale'" in name:
-            return np.asarray(rng.uniform(0.5, 1.5, leaf.shape), np.float32)
-        if "'bias'" in name and "BatchNorm" in name or "'mean'" in name:
-            return np.asarray(rng.normal(0.0, 0.1, leaf.shape), np.float32)
-        if "'var'" in name:
-            return np.asarray(rng.uniform(0.5, 1.5, leaf.shape), np.float32)
+        norm = flax_batch_norm(name, leaf.shape, rng)
+        if norm is not None:
+            return norm
         if "'bias'" in name:
             return np.asarray(rng.normal(0.0, 0.1, leaf.shape), np.float32)
         return np.asarray(rng.normal(0.0, 1.0, leaf.shape) / np.sqrt(np.prod(leaf.shape[:-1])), np.float32)

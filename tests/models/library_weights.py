@@ -3,13 +3,26 @@ trivial, and converted into another house's model in order.
 
 A library's fresh BatchNorm holds weight 1, bias 0, mean 0 and variance 1, and its convolutions' biases often 0: a
 norm or a bias planted wrong would then change nothing. ``draw_batch_norms`` draws them from the global generator
-(seed it first), module by module in ``modules()`` order, so a fixture's weights depend only on its seed.
+(seed it first), module by module in ``modules()`` order, so a fixture's weights depend only on its seed;
+``flax_batch_norm`` draws a Flax model's BatchNorm leaves the same way from a numpy generator.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import nn
+
+
+def flax_batch_norm(name: str, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray | None:
+    """A Flax BatchNorm leaf drawn from ``rng`` by its path ``name`` (``jax.tree_util.keystr``): scale, bias, mean
+    and variance as ``draw_batch_norms`` draws them (a scale of any layer too); None for any other leaf, which the
+    fixture draws by its own rule."""
+    if "'scale'" in name or "'var'" in name:
+        return np.asarray(rng.uniform(0.5, 1.5, shape), np.float32)
+    if "'bias'" in name and "BatchNorm" in name or "'mean'" in name:
+        return np.asarray(rng.normal(0.0, 0.1, shape), np.float32)
+    return None
 
 
 def draw_batch_norms(model: nn.Module, biased: tuple[type[nn.Module], ...] = ()) -> None:
