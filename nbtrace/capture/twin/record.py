@@ -136,26 +136,26 @@ class TwinRecorder:
         if self.skipped is not None:
             return TwinStart({}, None, kept, problem=f"not recorded: {self.skipped}")
         try:
-            same = self._same_as_twin(args, kwargs)
+            kinds = self.kinds()
+            same = self._same_as_twin([kind for kind in kinds if kind in ROUNDED], args, kwargs)
             inputs = {kind: upcast(rounded_inputs((args, kwargs), getattr(torch, kind)) if kind in ROUNDED
                                    else (args, kwargs), self.known[kind])
-                      for kind in self.kinds() if kind not in same and kind not in self._dropped}
+                      for kind in kinds if kind not in same and kind not in self._dropped}
             self.carried.snapshot(self.model)
             padding = self._padding(args, kwargs)
             return TwinStart(inputs, padding.valid, kept, padding=padding, same=same)
         except Exception as exc:  # noqa: BLE001 - an input that cannot be copied leaves the forward without a twin
             return TwinStart({}, None, problem=f"its inputs could not be copied to float64 ({_describe(exc)})")
 
-    def _same_as_twin(self, args: tuple, kwargs: dict[str, Any]) -> list[str]:
-        """The rounded runs this forward need not make: rounding the weights and float inputs into their dtype
+    def _same_as_twin(self, rounded: list[str], args: tuple, kwargs: dict[str, Any]) -> list[str]:
+        """Of the ``rounded`` runs, those this forward need not make: rounding the weights and float inputs into their dtype
         changes no value, so the run would be the twin itself (``exact.py``). Not under several ranks (each rank
         holds a piece; they run their twins together). A rounded run the twin stood for at earlier forwards that
         is needed again starts from a copy of the twin's carried state (a KV cache: the state it would have
         reached, the runs having been the same); where that state cannot be copied, the run is left out for the
         rest of the block (the comparison then allows for the weights' rounding instead)."""
-        self.kinds()
         same = []
-        for kind in self._rounded:
+        for kind in rounded:
             if kind in self._dropped:
                 continue
             if self.ranks is None and _unchanged(self.model, args, kwargs, getattr(torch, kind)):
